@@ -1,0 +1,40 @@
+# One-command entry points. On a fresh clone:
+#   make demo   # create .venv, install, run the audit on the embedded demo
+#   make test   # create .venv, install, run the whole test suite (what CI runs)
+# torch is installed first and pinned, so that resolving the other dependencies never pulls a
+# multi-GB CUDA build on a CPU machine. Elsewhere, set TORCH_INDEX to PyTorch's CPU wheel index.
+PYTHON ?= python3
+VENV ?= .venv
+TORCH ?= torch==2.13.0
+TORCH_INDEX ?=
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.transferdx-installed
+
+.PHONY: setup demo test bench lint dl19 clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "$(TORCH)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: setup
+	$(VENV)/bin/transferdx-audit
+
+dl19: setup
+	$(VENV)/bin/transferdx-audit data=msmarco_dl19
+
+test: setup
+	$(PY) -m pytest
+
+bench: setup
+	$(PY) benchmarks/bench_psi.py
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf outputs .pytest_cache .ruff_cache

@@ -1,0 +1,38 @@
+"""Shared fixtures: the real-data folder (never copied into the repository) and small builders."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from transferdx.records import Passage, Record
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def data_dir() -> Path:
+    return Path(os.environ.get("TRANSFERDX_DATA_DIR", REPO.parent / "shared" / "data")).resolve()
+
+
+@pytest.fixture(scope="session")
+def data() -> Path:
+    path = data_dir()
+    if not (path / "msmarco-dl19").is_dir():
+        pytest.skip(f"real data not found at {path} (set TRANSFERDX_DATA_DIR)")
+    return path
+
+
+def record(
+    qid: str, query: str, negatives: list[str], source: str = "s", positive: str = "pos text", kind: str = "genuine"
+) -> Record:
+    """A record with one positive and text negatives (ids n0, n1, ...)."""
+    return Record(
+        qid,
+        query,
+        (Passage("p", positive),),
+        tuple(Passage(f"n{i}", t) for i, t in enumerate(negatives)),
+        source,
+        kind,
+    )

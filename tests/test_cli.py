@@ -1,0 +1,137 @@
+"""transferdx-audit end to end, as a subprocess: the demo, DL19, records input, determinism, errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from transferdx.cli import config_dir
+from transferdx.profiles import PROFILE_COLUMNS
+
+from .conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+
+def run_audit(*overrides: str, cwd: Path = REPO, check: bool = True) -> subprocess.CompletedProcess:
+    script = Path(sys.executable).with_name("transferdx-audit")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "transferdx.cli"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([*command, *overrides], cwd=cwd, capture_output=True, text=True, env=env, timeout=600)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    return proc
+
+
+def read_profile(out: Path) -> list[dict]:
+    with open(out / "profile.csv", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+EXPECTED_FILES = {
+    "profile.csv",
+    "profile.json",
+    "records.csv",
+    "negatives.csv",
+    "exclusions.csv",
+    "report.md",
+    "psi.png",
+}
+
+
+def test_demo_audit(tmp_path):
+    out = tmp_path / "demo"
+    proc = run_audit(f"output_dir={out}")
+    assert EXPECTED_FILES <= {p.name for p in out.iterdir()}
+    rows = {r["source"]: r for r in read_profile(out)}
+    assert set(rows) == {"bm25", "handwritten", "random_passages"}
+    assert list(read_profile(out)[0])[: len(PROFILE_COLUMNS)] == PROFILE_COLUMNS
+    assert rows["random_passages"]["kind"] == "control"
+    psi = {s: float(r["psi_mean"]) for s, r in rows.items()}
+    # BM25 negatives share query words; random passages and paraphrased negatives mostly do not
+    assert psi["bm25"] < psi["random_passages"] and psi["bm25"] < psi["handwritten"]
+    assert float(rows["bm25"]["psi_ci_high"]) < float(rows["random_passages"]["psi_ci_low"])
+    assert all(int(r["n_records"]) == 64 for r in rows.values())
+    assert "bm25" in proc.stdout and "psi_mean" in proc.stdout
+    assert (out / "psi.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_same_config_same_bytes(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    run_audit(f"output_dir={a}", "bootstrap.resamples=200")
+    run_audit(f"output_dir={b}", "bootstrap.resamples=200")
+    for name in sorted(EXPECTED_FILES):
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+def test_dl19_audit_all_six_runs(tmp_path, data):
+    out = tmp_path / "dl19"
+    run_audit("data=msmarco_dl19", f"paths.data_dir={data}", f"output_dir={out}")
+    rows = {r["source"]: r for r in read_profile(out)}
+    assert len(rows) == 6
+    for r in rows.values():
+        assert float(r["psi_ci_low"]) <= float(r["psi_mean"]) <= float(r["psi_ci_high"])
+    assert int(rows["D_BERT_KD_TASB"]["n_records"]) == 42
+    # lexical retrievers leave less of the query uncovered than dense ones
+    assert float(rows["BM25"]["psi_mean"]) < float(rows["OPEN_AI_ADA2"]["psi_mean"])
+    with open(out / "exclusions.csv", newline="") as handle:
+        reasons = {(e["source"], e["unit"]) for e in csv.DictReader(handle)}
+    assert ("D_BERT_KD_TASB", "record") in reasons and ("", "positive") in reasons
+    report = (out / "report.md").read_text()
+    assert "no negatives in [0:8]" in report and "BM25_RM3" in report
+    profile = json.loads((out / "profile.json").read_text())
+    assert profile["settings"]["idf_corpus"] == "pooled"
+
+
+def test_records_input_and_sweepable_groups(tmp_path, data):
+    from transferdx.loaders import load_flagembedding
+    from transferdx.records import write_records
+
+    records = tmp_path / "in"
+    write_records(
+        load_flagembedding(data / "msmarco-toy/flagembedding_msmarco.jsonl", k=8).records, records / "flag.jsonl"
+    )
+    out = tmp_path / "out"
+    run_audit(f"input={records}", "tokenizer=whitespace", "idf=per_source", f"output_dir={out}")
+    rows = read_profile(out)
+    assert [r["source"] for r in rows] == ["flagembedding"] and rows[0]["n_negatives"] == "80"
+
+
+def test_external_idf_on_scifact(tmp_path, data):
+    out = tmp_path / "ext"
+    run_audit("idf=external", f"paths.data_dir={data}", f"output_dir={out}", "bootstrap.resamples=100")
+    assert json.loads((out / "profile.json").read_text())["settings"]["idf_external"] == "beir:scifact"
+
+
+def test_bad_input_exits_with_located_error(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"qid": "1", "query": "", "positives": [], "negatives": [], "source": "s"}\n')
+    proc = run_audit(f"input={bad}", f"output_dir={tmp_path / 'o'}", check=False)
+    assert proc.returncode == 2
+    assert f"{bad}:1: field 'query': empty string" in proc.stderr
+    skipped = run_audit(f"input={bad}", "on_error=skip", f"output_dir={tmp_path / 'o2'}", check=False)
+    assert skipped.returncode == 0
+    with open(tmp_path / "o2" / "exclusions.csv", newline="") as handle:
+        assert [e["field"] for e in csv.DictReader(handle)] == ["query"]
+
+
+def test_multirun_sweeps_tokenizers(tmp_path):
+    proc = run_audit(
+        "-m",
+        "tokenizer=alnum,whitespace",
+        "bootstrap.resamples=50",
+        f"paths.output_root={tmp_path}",
+        "hydra.sweep.dir=" + str(tmp_path / "sweep"),
+    )
+    profiles = sorted((tmp_path / "sweep").glob("*/profile.csv"))
+    assert len(profiles) == 2, proc.stdout
+
+
+def test_config_dir_found():
+    assert Path(config_dir(), "audit.yaml").is_file()

@@ -1,0 +1,603 @@
+"""Readers for the input formats negative sources come in (DESIGN §2), behind one registry.
+
+Every reader validates its input and returns a :class:`~transferdx.records.LoadResult`; errors
+name file, line (or JSON path) and field. ``on_error='skip'`` turns each problem into a counted
+exclusion instead.
+
+Formats (``LOADERS``):
+- ``records``: the package's JSONL record format (a file or a folder of ``*.jsonl``).
+- ``ntuple``: tables of ``query, positive, negative_1..K`` (TSV with or without header, or JSONL).
+- ``msmarco_triples``: MS MARCO ``query<TAB>positive<TAB>negative`` text triples, grouped by query.
+- ``flagembedding``: ``{"query", "pos": [...], "neg": [...]}`` JSONL.
+- ``st_hard_negatives``: sentence-transformers hard-negative files (``{"qid", "pos": [ids],
+  "neg": {system: [ids]}}`` JSONL or .jsonl.gz) with a collection TSV and a queries TSV; each
+  system becomes one source.
+- ``trec_dl``: TREC-DL runs with graded judgments (the ``msmarco-dl19`` layout); each run becomes
+  one source.
+
+``load_beir`` reads a BEIR folder through beir's ``GenericDataLoader`` into a :class:`QuerySet`
+(queries, their positives, and the corpus as passage pool); it has no negatives of its own.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import re
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .records import (
+    InputError,
+    LoadResult,
+    Passage,
+    RecordBuilder,
+    _FieldProblem,
+    iter_jsonl,
+    parse_json_line,
+    read_records,
+    text_id,
+)
+
+csv.field_size_limit(sys.maxsize)
+
+_SLICE = re.compile(r"^\[\s*(\d*)\s*:\s*(\d*)\s*\]$")
+
+
+def parse_slice(spec: str | None, k: int | None = None) -> slice:
+    """``"[a:b]"`` → ``slice(a, b)``; ``None`` → ``[0:k]`` (all when ``k`` is None)."""
+    if spec is None or spec == "":
+        return slice(0, k)
+    match = _SLICE.match(str(spec))
+    if not match:
+        raise ValueError(f"negative slice must look like '[0:8]' or '[2:10]', got {spec!r}")
+    start = int(match.group(1)) if match.group(1) else 0
+    stop = int(match.group(2)) if match.group(2) else None
+    if stop is not None and stop < start:
+        raise ValueError(f"negative slice {spec!r} is empty (stop < start)")
+    return slice(start, stop)
+
+
+def slice_text(s: slice) -> str:
+    return f"[{s.start or 0}:{'' if s.stop is None else s.stop}]"
+
+
+def _require(path: str | Path, what: str = "file") -> Path:
+    path = Path(path)
+    if not path.exists():
+        raise InputError(path, None, "<path>", f"no such {what}")
+    return path
+
+
+def _open_text(path: Path):
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8")
+    return open(path, encoding="utf-8", newline="")
+
+
+# ---------------------------------------------------------------------------------------------
+# n-tuple tables and MS MARCO triples
+# ---------------------------------------------------------------------------------------------
+
+_NEG_COL = re.compile(r"^negative_(\d+)$")
+
+
+def _ntuple_rows(path: Path, builder: RecordBuilder, header: bool | None) -> Iterator[tuple[int, dict]]:
+    """Yield (line, {query, positive, negative_1.., [qid]}) from a TSV or JSONL n-tuple table."""
+    if path.suffix in (".jsonl", ".json"):
+        for lineno, line in iter_jsonl(path):
+            obj = parse_json_line(builder, lineno, line)
+            if obj is not None:
+                yield lineno, obj
+        return
+    with _open_text(path) as handle:
+        reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
+        columns: list[str] | None = None
+        for lineno, row in enumerate(reader, start=1):
+            if not row or all(not c.strip() for c in row):
+                continue
+            if columns is None:
+                looks_like_header = row[:2] == ["query", "positive"] or (row and row[0] == "qid")
+                if header or (header is None and looks_like_header):
+                    columns = row
+                    continue
+                columns = ["query", "positive"] + [f"negative_{i}" for i in range(1, len(row) - 1)]
+            if len(row) != len(columns):
+                builder.fail(lineno, "<line>", f"expected {len(columns)} tab-separated fields, got {len(row)}")
+                continue
+            yield lineno, dict(zip(columns, row, strict=True))
+
+
+def load_ntuple(
+    path: str | Path,
+    source: str = "ntuple",
+    on_error: str = "raise",
+    header: bool | None = None,
+    group_by_query: bool = False,
+    method: str | None = None,
+    kind: str = "genuine",
+    **_: Any,
+) -> LoadResult:
+    """Read ``query, positive, negative_1..K`` rows; each row is a record unless ``group_by_query``.
+
+    With ``group_by_query`` rows sharing a query text are merged in file order (positives and
+    negatives deduplicated by text), as MS MARCO triples list one negative per line.
+    """
+    path = _require(path)
+    builder = RecordBuilder(path, on_error)
+    groups: dict[str, dict[str, Any]] = {}
+    for lineno, obj in _ntuple_rows(path, builder, header):
+        try:
+            query = builder.text_field(obj, "query")
+            positive = builder.text_field(obj, "positive")
+            neg_keys = sorted((k for k in obj if _NEG_COL.match(k)), key=lambda k: int(k.split("_")[1]))
+            if not neg_keys:
+                raise _FieldProblem("negative_1", "missing (no negative_k column)")
+            negatives = [builder.text_field(obj, k) for k in neg_keys]
+            qid = builder.id_field(obj, "qid") if "qid" in obj else text_id(query)
+        except _FieldProblem as p:
+            builder.fail(lineno, p.field, p.reason, source=source)
+            continue
+        key = query if group_by_query else f"{lineno}"
+        group = groups.setdefault(key, {"line": lineno, "qid": qid, "query": query, "pos": {}, "neg": {}})
+        group["pos"].setdefault(positive, None)
+        for text in negatives:
+            group["neg"].setdefault(text, None)
+    for group in groups.values():
+        builder.add(
+            group["line"],
+            qid=group["qid"],
+            query=group["query"],
+            positives=[Passage(text_id(t), t) for t in group["pos"]],
+            negatives=[Passage(text_id(t), t, method) for t in group["neg"]],
+            source=source,
+            kind=kind,
+        )
+    return builder.result
+
+
+def load_msmarco_triples(path: str | Path, source: str = "msmarco_triples", **kw: Any) -> LoadResult:
+    """MS MARCO ``query<TAB>positive<TAB>negative`` text triples (no header), grouped by query."""
+    kw.setdefault("header", False)
+    kw.setdefault("group_by_query", True)
+    return load_ntuple(path, source=source, **kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# FlagEmbedding {query, pos, neg}
+# ---------------------------------------------------------------------------------------------
+
+
+def load_flagembedding(
+    path: str | Path,
+    source: str = "flagembedding",
+    on_error: str = "raise",
+    k: int | None = None,
+    slice_spec: str | None = None,
+    method: str | None = None,
+    kind: str = "genuine",
+    **_: Any,
+) -> LoadResult:
+    """``{"query": str, "pos": [str, ...], "neg": [str, ...]}`` per line; negatives sliced."""
+    path = _require(path)
+    window = parse_slice(slice_spec, k)
+    builder = RecordBuilder(path, on_error)
+    for lineno, line in iter_jsonl(path):
+        obj = parse_json_line(builder, lineno, line)
+        if obj is None:
+            continue
+        try:
+            query = builder.text_field(obj, "query")
+            pos = _text_list(obj, "pos")
+            neg = _text_list(obj, "neg")
+            qid = builder.id_field(obj, "qid") if "qid" in obj else text_id(query)
+        except _FieldProblem as p:
+            builder.fail(lineno, p.field, p.reason, source=source)
+            continue
+        builder.add(
+            lineno,
+            qid=qid,
+            query=query,
+            positives=[Passage(text_id(t), t) for t in pos],
+            negatives=[Passage(text_id(t), t, method, rank=r + 1) for r, t in enumerate(neg)][window],
+            source=source,
+            kind=kind,
+        )
+    return builder.result
+
+
+def _text_list(obj: dict, key: str) -> list[str]:
+    if key not in obj:
+        raise _FieldProblem(key, "missing")
+    items = obj[key]
+    if not isinstance(items, list):
+        raise _FieldProblem(key, f"expected a list of strings, got {type(items).__name__}")
+    for i, item in enumerate(items):
+        if not isinstance(item, str):
+            raise _FieldProblem(f"{key}[{i}]", f"expected a string, got {type(item).__name__}")
+        if not item.strip():
+            raise _FieldProblem(f"{key}[{i}]", "empty string")
+    return items
+
+
+# ---------------------------------------------------------------------------------------------
+# id → text tables (MS MARCO collection / queries TSV)
+# ---------------------------------------------------------------------------------------------
+
+
+def read_id_text_tsv(path: str | Path, on_error: str = "raise", what: str = "text") -> dict[str, str]:
+    """``id<TAB>text`` per line (MS MARCO collection.tsv / queries.tsv); duplicate ids are errors."""
+    path = _require(path)
+    builder = RecordBuilder(path, on_error)
+    table: dict[str, str] = {}
+    with _open_text(path) as handle:
+        for lineno, raw in enumerate(handle, start=1):
+            line = raw.rstrip("\r\n")
+            if not line.strip():
+                continue
+            parts = line.split("\t")
+            if len(parts) != 2:
+                builder.fail(lineno, "<line>", f"expected 2 tab-separated fields (id, {what}), got {len(parts)}")
+                continue
+            pid, text = parts[0].strip(), parts[1]
+            if not pid:
+                builder.fail(lineno, "id", "empty id")
+            elif not text.strip():
+                builder.fail(lineno, what, "empty string", item=pid)
+            elif pid in table:
+                builder.fail(lineno, "id", f"duplicate id {pid!r}", item=pid)
+            else:
+                table[pid] = text
+    if builder.result.exclusions:
+        raise InputError(
+            path,
+            builder.result.exclusions[0].line,
+            builder.result.exclusions[0].field,
+            builder.result.exclusions[0].reason,
+        )
+    return table
+
+
+# ---------------------------------------------------------------------------------------------
+# sentence-transformers hard negatives
+# ---------------------------------------------------------------------------------------------
+
+
+def load_st_hard_negatives(
+    path: str | Path,
+    collection: str | Path,
+    queries: str | Path,
+    on_error: str = "raise",
+    systems: list[str] | None = None,
+    k: int | None = 8,
+    slice_spec: str | None = None,
+    kind: str = "genuine",
+    **_: Any,
+) -> LoadResult:
+    """``{"qid", "pos": [pid, ...], "neg": {system: [pid, ...]}}`` lines; one source per system.
+
+    Texts come from the collection TSV (``pid<TAB>text``) and queries TSV (``qid<TAB>query``).
+    Negatives that are also listed as positives are removed before slicing (counted).
+    """
+    path = _require(path)
+    passages = read_id_text_tsv(collection, what="text")
+    query_text = read_id_text_tsv(queries, what="query")
+    window = parse_slice(slice_spec, k)
+    builder = RecordBuilder(path, on_error)
+    wanted = None if systems is None else set(systems)
+    with _open_text(path) as handle:
+        for lineno, raw in enumerate(handle, start=1):
+            if not raw.strip():
+                continue
+            obj = parse_json_line(builder, lineno, raw.strip())
+            if obj is None:
+                continue
+            try:
+                qid = builder.id_field(obj, "qid")
+                if qid not in query_text:
+                    raise _FieldProblem("qid", f"query {qid!r} is not in {Path(queries).name}")
+                pos_ids = _id_list(obj, "pos")
+                if "neg" not in obj or not isinstance(obj["neg"], dict):
+                    raise _FieldProblem("neg", "expected an object {system: [passage ids]}")
+                neg_lists = {str(s): _id_list(obj["neg"], s, prefix="neg.") for s in obj["neg"]}
+                for pid in pos_ids + [p for ids in neg_lists.values() for p in ids]:
+                    if pid not in passages:
+                        raise _FieldProblem("pos/neg", f"passage id {pid!r} is not in {Path(collection).name}")
+            except _FieldProblem as p:
+                builder.fail(lineno, p.field, p.reason)
+                continue
+            positives = [Passage(pid, passages[pid]) for pid in pos_ids]
+            pos_set = set(pos_ids)
+            for system in sorted(neg_lists):
+                if wanted is not None and system not in wanted:
+                    continue
+                kept = []
+                for rank, pid in enumerate(neg_lists[system], start=1):
+                    if pid in pos_set:
+                        builder.exclude(
+                            lineno,
+                            "neg",
+                            "negative id is also a positive",
+                            source=system,
+                            qid=qid,
+                            unit="negative",
+                            item=pid,
+                        )
+                        continue
+                    kept.append(Passage(pid, passages[pid], system, rank=rank))
+                builder.add(
+                    lineno,
+                    qid=qid,
+                    query=query_text[qid],
+                    positives=positives,
+                    negatives=kept[window],
+                    source=system,
+                    kind=kind,
+                )
+    return builder.result
+
+
+def _id_list(obj: dict, key: str, prefix: str = "") -> list[str]:
+    if key not in obj:
+        raise _FieldProblem(prefix + key, "missing")
+    items = obj[key]
+    if not isinstance(items, list):
+        raise _FieldProblem(prefix + key, f"expected a list of ids, got {type(items).__name__}")
+    out = []
+    for i, item in enumerate(items):
+        if isinstance(item, bool) or not isinstance(item, (str, int)):
+            raise _FieldProblem(f"{prefix}{key}[{i}]", f"expected an id, got {type(item).__name__}")
+        out.append(str(item))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# TREC-DL runs with graded judgments (msmarco-dl19 layout)
+# ---------------------------------------------------------------------------------------------
+
+
+def read_topics(path: str | Path) -> dict[str, str]:
+    """``qid<TAB>query`` lines."""
+    return read_id_text_tsv(path, what="query")
+
+
+def read_qrels(path: str | Path) -> dict[str, dict[str, int]]:
+    """TREC qrels ``qid Q0 pid grade`` (whitespace-separated) → {qid: {pid: grade}}."""
+    path = _require(path)
+    qrels: dict[str, dict[str, int]] = {}
+    with open(path, encoding="utf-8") as handle:
+        for lineno, raw in enumerate(handle, start=1):
+            parts = raw.split()
+            if not parts:
+                continue
+            if len(parts) != 4:
+                raise InputError(path, lineno, "<line>", f"expected 4 fields 'qid Q0 pid grade', got {len(parts)}")
+            qid, _, pid, grade = parts
+            try:
+                value = int(grade)
+            except ValueError:
+                raise InputError(path, lineno, "grade", f"expected an integer, got {grade!r}") from None
+            qrels.setdefault(qid, {})[pid] = value
+    return qrels
+
+
+def read_retrieve_results(path: str | Path) -> dict[str, tuple[str, list[tuple[str, int, str]]]]:
+    """rank_llm ``retrieve_results`` JSON → {qid: (query, [(docid, rank, content), ...] in rank order)}."""
+    path = _require(path)
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InputError(path, exc.lineno, "<json>", f"malformed JSON ({exc.msg})") from None
+    if not isinstance(data, list):
+        raise InputError(path, None, "<root>", f"expected a list of queries, got {type(data).__name__}")
+    out: dict[str, tuple[str, list[tuple[str, int, str]]]] = {}
+    for i, entry in enumerate(data):
+        where = f"[{i}]"
+        if not isinstance(entry, dict):
+            raise InputError(path, where, "<entry>", f"expected an object, got {type(entry).__name__}")
+        try:
+            query = RecordBuilder.text_field(entry, "query")
+            hits = entry.get("hits")
+            if not isinstance(hits, list):
+                raise _FieldProblem("hits", "missing or not a list")
+            rows = []
+            qid = None
+            for j, hit in enumerate(hits):
+                if not isinstance(hit, dict):
+                    raise _FieldProblem(f"hits[{j}]", "expected an object")
+                try:
+                    hit_qid = RecordBuilder.id_field(hit, "qid")
+                    docid = RecordBuilder.id_field(hit, "docid")
+                    content = RecordBuilder.text_field(hit, "content")
+                    rank = hit.get("rank")
+                    if isinstance(rank, bool) or not isinstance(rank, int):
+                        raise _FieldProblem("rank", "expected an integer")
+                except _FieldProblem as p:
+                    raise _FieldProblem(f"hits[{j}].{p.field}", p.reason) from None
+                if qid is None:
+                    qid = hit_qid
+                elif hit_qid != qid:
+                    raise _FieldProblem(f"hits[{j}].qid", f"{hit_qid!r} differs from the entry's qid {qid!r}")
+                rows.append((docid, rank, content))
+        except _FieldProblem as p:
+            raise InputError(path, where, p.field, p.reason) from None
+        if qid is None:
+            continue  # a query with no hits contributes nothing to this run
+        rows.sort(key=lambda r: r[1])
+        out[qid] = (query, rows)
+    return out
+
+
+def load_trec_dl(
+    root: str | Path,
+    runs: list[str] | None = None,
+    on_error: str = "raise",
+    k: int = 8,
+    slice_spec: str | None = None,
+    relevant_grade: int = 2,
+    topics: str = "topics.dl19-passage.txt",
+    qrels: str = "qrels.dl19-passage.txt",
+    results_name: str = "retrieve_results_dl19.json",
+    kind: str = "genuine",
+    **_: Any,
+) -> LoadResult:
+    """Each run in ``root/runs/<SYSTEM>/`` becomes one source.
+
+    Positives of a query = passages judged ≥ ``relevant_grade`` whose text appears in some run,
+    ordered by grade (desc) then passage id (asc); p0 is the first. Relevant passages whose text
+    appears in no run are logged as positive exclusions. Negatives of source S = S's candidates in
+    rank order minus every passage judged ≥ ``relevant_grade``, then ``slice_spec`` (default
+    ``[0:k]``); each keeps its judgment (0, 1, or None when unjudged) and its rank. One record per
+    judged query; a query left with no negatives is a counted exclusion.
+    """
+    root = _require(root, "folder")
+    topic_text = read_topics(root / topics)
+    judgments = read_qrels(root / qrels)
+    run_dir = _require(root / "runs", "folder")
+    names = sorted(p.name for p in run_dir.iterdir() if (p / results_name).is_file())
+    if runs is not None:
+        missing = sorted(set(runs) - set(names))
+        if missing:
+            raise InputError(run_dir, None, "runs", f"unknown runs {missing}; available: {names}")
+        names = [n for n in names if n in set(runs)]
+    if not names:
+        raise InputError(run_dir, None, "runs", f"no run folders with {results_name}")
+    results = {name: read_retrieve_results(run_dir / name / results_name) for name in names}
+    texts: dict[str, str] = {}
+    for name in names:
+        for _query, hits in results[name].values():
+            for docid, _rank, content in hits:
+                texts.setdefault(docid, content)
+    window = parse_slice(slice_spec, k)
+    result = LoadResult()
+    judged = [q for q in sorted(judgments, key=_qid_key) if q in topic_text]
+    for name in names:
+        builder = RecordBuilder(run_dir / name / results_name, on_error)
+        for qid in judged:
+            grades = judgments[qid]
+            relevant = sorted((p for p, g in grades.items() if g >= relevant_grade), key=lambda p: (-grades[p], p))
+            positives = []
+            for pid in relevant:
+                if pid in texts:
+                    positives.append(Passage(pid, texts[pid], judgment=grades[pid]))
+                elif name == names[0]:  # log once, not once per run
+                    builder.exclude(
+                        None,
+                        "positives",
+                        "relevant passage text unknown (in no run)",
+                        source="",
+                        qid=qid,
+                        unit="positive",
+                        item=pid,
+                    )
+            if not positives:
+                builder.exclude(None, "positives", "no relevant passage with known text", source=name, qid=qid)
+                continue
+            if qid not in results[name]:
+                builder.exclude(None, "hits", "run has no candidates for this query", source=name, qid=qid)
+                continue
+            _query, hits = results[name][qid]
+            candidates = [
+                Passage(docid, content, name, rank=rank, judgment=grades.get(docid))
+                for docid, rank, content in hits
+                if grades.get(docid, -1) < relevant_grade
+            ]
+            builder.add(
+                None,
+                qid=qid,
+                query=topic_text[qid],
+                positives=positives,
+                negatives=candidates[window],
+                source=name,
+                kind=kind,
+                empty_reason=f"no negatives in {slice_text(window)} after removing judged-relevant passages",
+                empty_is_error=False,
+            )
+        result.extend(builder.result)
+    return result
+
+
+def _qid_key(qid: str) -> tuple[int, int | str]:
+    return (0, int(qid)) if qid.isdigit() else (1, qid)
+
+
+# ---------------------------------------------------------------------------------------------
+# BEIR folders
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QuerySet:
+    """Queries with their positives and a passage pool (no negatives): the input of miners."""
+
+    name: str
+    queries: dict[str, str]
+    positives: dict[str, list[str]]  # qid → positive passage ids, best first
+    pool: dict[str, str]  # passage id → text
+
+
+def beir_passage_text(doc: dict[str, str]) -> str:
+    """BEIR convention: ``title + " " + text`` when a title exists."""
+    title, text = doc.get("title", "") or "", doc.get("text", "") or ""
+    return f"{title} {text}".strip() if title else text
+
+
+def load_beir(folder: str | Path, split: str = "test", min_score: int = 1) -> QuerySet:
+    """A BEIR folder through ``GenericDataLoader``: queries + positives (qrels ≥ ``min_score``) + corpus."""
+    folder = _require(folder, "folder")
+    from beir.datasets.data_loader import GenericDataLoader
+
+    for needed in ("corpus.jsonl", "queries.jsonl", f"qrels/{split}.tsv"):
+        _require(folder / needed)
+    corpus, queries, qrels = GenericDataLoader(data_folder=str(folder)).load(split=split)
+    pool = {pid: beir_passage_text(doc) for pid, doc in corpus.items()}
+    positives = {}
+    for qid, docs in qrels.items():
+        ids = sorted((d for d, s in docs.items() if s >= min_score), key=lambda d: (-docs[d], d))
+        missing = [d for d in ids if d not in pool]
+        if missing:
+            raise InputError(
+                folder / f"qrels/{split}.tsv",
+                None,
+                "corpus-id",
+                f"query {qid!r} names passages not in the corpus: {missing[:5]}",
+            )
+        if ids:
+            positives[qid] = ids
+    return QuerySet(folder.name, {q: queries[q] for q in positives}, positives, pool)
+
+
+def load_beir_corpus_texts(folder: str | Path) -> list[str]:
+    """Only the corpus of a BEIR folder (for an external IDF corpus), in file order."""
+    folder = _require(folder, "folder")
+    from beir.datasets.data_loader import GenericDataLoader
+
+    corpus = GenericDataLoader(corpus_file=str(_require(folder / "corpus.jsonl"))).load_corpus()
+    return [beir_passage_text(doc) for doc in corpus.values()]
+
+
+# ---------------------------------------------------------------------------------------------
+# Registry
+# ---------------------------------------------------------------------------------------------
+
+LOADERS: dict[str, Callable[..., LoadResult]] = {
+    "records": lambda path, on_error="raise", source=None, **_: read_records(path, on_error, source),
+    "ntuple": load_ntuple,
+    "msmarco_triples": load_msmarco_triples,
+    "flagembedding": load_flagembedding,
+    "st_hard_negatives": load_st_hard_negatives,
+    "trec_dl": load_trec_dl,
+}
+
+
+def load(format: str, **options: Any) -> LoadResult:
+    """Dispatch to the reader registered for ``format``; unknown formats raise ``ValueError``."""
+    try:
+        reader = LOADERS[format]
+    except KeyError:
+        raise ValueError(f"unknown input format {format!r}; valid: {sorted(LOADERS)}") from None
+    return reader(**options)
