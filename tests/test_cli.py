@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -19,10 +20,13 @@ from .conftest import REPO
 pytestmark = pytest.mark.slow
 
 
+CACHE = Path(tempfile.mkdtemp(prefix="transferdx-test-cache-"))  # shared by this module's runs
+
+
 def run_audit(*overrides: str, cwd: Path = REPO, check: bool = True) -> subprocess.CompletedProcess:
     script = Path(sys.executable).with_name("transferdx-audit")
     command = [str(script)] if script.exists() else [sys.executable, "-m", "transferdx.cli"]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFERDX_CACHE_DIR": str(CACHE)}
     proc = subprocess.run([*command, *overrides], cwd=cwd, capture_output=True, text=True, env=env, timeout=600)
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
@@ -98,14 +102,15 @@ def test_records_input_and_sweepable_groups(tmp_path, data):
         load_flagembedding(data / "msmarco-toy/flagembedding_msmarco.jsonl", k=8).records, records / "flag.jsonl"
     )
     out = tmp_path / "out"
-    run_audit(f"input={records}", "tokenizer=whitespace", "idf=per_source", f"output_dir={out}")
+    run_audit(f"input={records}", "tokenizer=whitespace", "idf=per_source", "diagnostics=lexical", f"output_dir={out}")
     rows = read_profile(out)
     assert [r["source"] for r in rows] == ["flagembedding"] and rows[0]["n_negatives"] == "80"
 
 
 def test_external_idf_on_scifact(tmp_path, data):
     out = tmp_path / "ext"
-    run_audit("idf=external", f"paths.data_dir={data}", f"output_dir={out}", "bootstrap.resamples=100")
+    run_audit("idf=external", "diagnostics=lexical", f"paths.data_dir={data}", f"output_dir={out}",
+              "bootstrap.resamples=100")
     assert json.loads((out / "profile.json").read_text())["settings"]["idf_external"] == "beir:scifact"
 
 

@@ -1,17 +1,45 @@
-"""The audit pipeline, pure: records → per-negative → per-record → per-source profile."""
+"""The audit pipeline: records → per-negative → per-record → per-source profile (+ flags and
+negative-set descriptors). Pure apart from the encoder, which reads and fills its embedding cache."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
+from .artifacts import content_hash
+from .composite import CompositeSettings, composite, weights
 from .diagnostics.lexical import negative_residuality
-from .profiles import AuditProfile, profile_sources, record_diagnostics
-from .records import Exclusion, LoadResult
+from .diagnostics.semantic import BANDS, BandCuts, in_batch_scores, record_scores
+from .embed import EmbeddingCache, text_key
+from .profiles import AuditProfile, apply_flags, flag_thresholds, profile_sources
+from .records import Exclusion, LoadResult, Record
 from .text import Tokenizer
+
+
+@dataclass(frozen=True)
+class SemanticSettings:
+    """Frozen-encoder settings: τ, band cut-offs, background sample, in-batch loss, composite."""
+
+    tau: float = 0.05
+    cuts: BandCuts = field(default_factory=BandCuts)
+    background_size: int = 1000
+    in_batch: bool = False
+    batch_size: int = 32
+    composite: CompositeSettings = field(default_factory=CompositeSettings)
+
+
+@dataclass(frozen=True)
+class FlagSettings:
+    mode: str = "envelope"
+    fixed: Mapping[str, float] = field(
+        default_factory=lambda: {"rho": 0.870, "eta": 0.443, "psi": 0.529, "inversion": 0.083}
+    )
 
 
 @dataclass(frozen=True)
@@ -31,21 +59,32 @@ def audit(
     loaded: LoadResult,
     tokenizer: Tokenizer,
     *,
+    encoder: EmbeddingCache | None = None,
+    semantic: SemanticSettings = SemanticSettings(),
     idf_corpus: str = "pooled",
     external_texts: Sequence[str] | None = None,
     seed: int = 0,
     resamples: int = 1000,
     confidence: float = 0.95,
+    flags: FlagSettings = FlagSettings(),
+    kinds: Mapping[str, str] | None = None,
     settings: Mapping[str, Any] | None = None,
 ) -> AuditResult:
-    """Lexical audit of every source in ``loaded`` (sources with only exclusions still get a row)."""
-    records = sorted(loaded.records, key=lambda r: (r.source, r.qid))
+    """Audit every source in ``loaded``: ψ always; the frozen-encoder statistics when ``encoder`` is
+    given. ``kinds`` overrides the kind (genuine/control) of named sources."""
+    records = sorted(
+        (dataclasses.replace(r, kind=kinds[r.source]) if kinds and r.source in kinds else r for r in loaded.records),
+        key=lambda r: (r.source, r.qid),
+    )
     negatives = negative_residuality(records, tokenizer, idf_corpus, external_texts)
     negatives["coverage"] = 1.0 - negatives["psi"]
     meta = [(n.method, n.relation, n.rank, n.judgment) for r in records for n in r.negatives]
     for i, column in enumerate(("method", "relation", "rank", "judgment")):
         negatives[column] = pd.array([m[i] for m in meta], dtype="Int64" if i >= 2 else object)
-    per_record = record_diagnostics(records, negatives)
+    per_record = _lexical_records(records, negatives)
+    extra: dict[str, dict[str, Any]] = {}
+    if encoder is not None and records:
+        extra = _semantic(records, negatives, per_record, encoder, semantic, seed)
     profile = profile_sources(
         per_record,
         loaded.exclusions,
@@ -54,5 +93,178 @@ def audit(
         confidence=confidence,
         settings=settings,
         sources=loaded.sources,
+        extra=extra,
     )
+    thresholds = flag_thresholds(profile.rows, flags.mode, flags.fixed)
+    rows = apply_flags(profile.rows, thresholds)
+    descriptors = describe(records, loaded, encoder, semantic if encoder else None, idf_corpus, seed)
+    profile = dataclasses.replace(profile, rows=tuple(rows), thresholds=thresholds, descriptors=descriptors)
     return AuditResult(negatives, per_record, profile, tuple(loaded.exclusions))
+
+
+def _lexical_records(records: Sequence[Record], negatives: pd.DataFrame) -> pd.DataFrame:
+    counts = np.array([len(r.negatives) for r in records], dtype=np.int64)
+    owner = np.repeat(np.arange(len(records)), counts)
+    psi = negatives["psi"].to_numpy(dtype=np.float64)
+    defined = ~np.isnan(psi)
+    n_def = np.bincount(owner, weights=defined, minlength=len(records))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rec_psi = np.where(
+            n_def > 0, np.bincount(owner, weights=np.where(defined, psi, 0), minlength=len(records)) / n_def, np.nan
+        )
+    frame = pd.DataFrame(
+        {
+            "source": [r.source for r in records],
+            "kind": [r.kind for r in records],
+            "qid": [r.qid for r in records],
+            "n_negatives": counts,
+            "psi": rec_psi,
+            "coverage": 1.0 - rec_psi,
+        }
+    )
+    frame["n_psi_defined"] = n_def.astype(np.int64)
+    c_ge_05 = defined & (1.0 - np.nan_to_num(psi, nan=1.0) >= 0.5)
+    frame["n_bucket_c_ge_05"] = np.bincount(owner, weights=c_ge_05, minlength=len(records)).astype(np.int64)
+    return frame
+
+
+def background_texts(records: Sequence[Record], size: int, seed: int) -> list[str]:
+    """A fixed, seeded sample of ``size`` passages from the pool (unique positive and negative texts,
+    in text-hash order so the sample does not depend on input order)."""
+    pool = sorted({p.text for r in records for p in (*r.positives, *r.negatives)}, key=text_key)
+    if size >= len(pool):
+        return pool
+    picks = np.random.default_rng([seed, 0xB6]).choice(len(pool), size=size, replace=False)
+    return [pool[i] for i in sorted(picks)]
+
+
+def _semantic(
+    records: Sequence[Record],
+    negatives: pd.DataFrame,
+    per_record: pd.DataFrame,
+    encoder: EmbeddingCache,
+    s: SemanticSettings,
+    seed: int,
+) -> dict[str, dict[str, Any]]:
+    """Adds the frozen-encoder columns to ``negatives`` and ``per_record`` (in place); returns the
+    per-source composites."""
+    counts = per_record["n_negatives"].to_numpy()
+    owner = np.repeat(np.arange(len(records)), counts)
+    queries = list(dict.fromkeys(r.query for r in records))
+    background = background_texts(records, s.background_size, seed)
+    passages = list(
+        dict.fromkeys(
+            [r.positives[0].text for r in records] + [n.text for r in records for n in r.negatives] + background
+        )
+    )
+    q_vec = dict(zip(queries, encoder.embed(queries, "query"), strict=True))
+    p_vec = dict(zip(passages, encoder.embed(passages, "passage"), strict=True))
+    e_q = np.stack([q_vec[r.query] for r in records])
+    e_p = np.stack([p_vec[r.positives[0].text] for r in records])
+    e_n = np.stack([p_vec[n.text] for r in records for n in r.negatives])
+    bg = np.mean([p_vec[t] for t in background], axis=0)
+
+    extra = None
+    if s.in_batch:
+        extra = [np.zeros(0)] * len(records)
+        sources = per_record["source"].to_numpy()
+        for name in sorted(set(sources)):
+            rows = np.flatnonzero(sources == name)
+            order = np.random.default_rng([seed, 0x1B]).permutation(len(rows))
+            scores = in_batch_scores(e_q[rows], e_p[rows], s.batch_size, order)
+            for i, g in enumerate(rows):
+                extra[g] = scores[i]
+    neg, rec = record_scores(e_q, e_p, e_n, counts, s.tau, bg, s.cuts, extra)
+
+    negatives["s_qn"] = neg["s_qn"]
+    negatives["rho"] = neg["rho"]
+    negatives["eta"] = neg["eta"]
+    negatives["hardness"] = neg["hardness"]
+    negatives["band"] = np.asarray(BANDS, dtype=object)[neg["band"]]
+    negatives["pi"] = neg["pi"]
+    negatives["energy"] = neg["energy"]
+    for key in ("s_qp", "background", "rho", "eta", "inversion", "margin", "loss", "energy", "hardness"):
+        per_record[key] = rec[key]
+    margin = rec["margin"]
+    per_record["margin_lt0"] = (margin < 0).astype(np.float64)
+    per_record["margin_eq0"] = (margin == 0).astype(np.float64)
+    per_record["margin_gt0"] = (margin > 0).astype(np.float64)
+    n = len(records)
+    for i, name in enumerate(BANDS):
+        per_record[f"n_band_{name}"] = np.bincount(owner, weights=neg["band"] == i, minlength=n).astype(np.int64)
+    per_record["n_bucket_rho_lt_05"] = np.bincount(owner, weights=neg["rho"] < 0.5, minlength=n).astype(np.int64)
+    per_record["n_bucket_eta_le_025"] = np.bincount(owner, weights=neg["eta"] <= 0.25, minlength=n).astype(np.int64)
+
+    w = weights(neg["rho"], neg["eta"], negatives["psi"].to_numpy(dtype=np.float64), s.composite)
+    neg_source = negatives["source"].to_numpy()
+    composites = {}
+    for name in sorted(set(neg_source)):
+        mask = neg_source == name
+        values = composite(e_q[owner[mask]], e_p[owner[mask]], e_n[mask], w[mask], s.composite)
+        composites[name] = {f"composite_{form}": v for form, v in values.items()}
+    return composites
+
+
+def describe(
+    records: Sequence[Record],
+    loaded: LoadResult,
+    encoder: EmbeddingCache | None,
+    semantic: SemanticSettings | None,
+    idf_corpus: str,
+    seed: int,
+) -> dict[str, dict[str, Any]]:
+    """The negative-set descriptor of every source: how its negatives were made and what scored them."""
+    corpus = sorted({text_key(p.text).hex() for r in records for p in (*r.positives, *r.negatives)})
+    corpus_hash = content_hash(corpus)
+    by_source: dict[str, list[Record]] = {}
+    for r in records:
+        by_source.setdefault(r.source, []).append(r)
+    excl: dict[str, Counter[str]] = {}
+    for e in loaded.exclusions:
+        excl.setdefault(e.source, Counter())[f"{e.unit}: {e.reason}"] += 1
+    out = {}
+    for name in sorted(set(by_source) | set(loaded.descriptors)):
+        recs = by_source.get(name, [])
+        ks = [len(r.negatives) for r in recs]
+        base = dict(loaded.descriptors.get(name, {}))
+        methods = Counter(n.method or "unknown" for r in recs for n in r.negatives)
+        desc: dict[str, Any] = {
+            "source": name,
+            "corpus_hash": corpus_hash,
+            "query_set": content_hash(sorted((r.qid, r.query) for r in recs))[:16],
+            "n_queries": len(recs),
+            "reference_positive": base.pop("reference_positive", "positives[0]"),
+            "scorer": (
+                {**encoder.scorer(), "tau": semantic.tau if semantic else None}
+                if encoder is not None
+                else "not_measured (lexical audit only)"
+            ),
+            "lexical_scorer": {"statistic": "psi", "idf_corpus": idf_corpus},
+            "mining_method": base.pop("mining_method", "not recorded"),
+            "negative_methods": dict(sorted(methods.items())),
+            "candidate_pool": base.pop("candidate_pool", "not recorded"),
+            "ranking_rule": base.pop("ranking_rule", "not recorded"),
+            "slice": base.pop("slice", "as given"),
+            "count_per_query": {
+                "fixed": len(set(ks)) <= 1,
+                "min": min(ks) if ks else 0,
+                "max": max(ks) if ks else 0,
+                "mean": float(np.mean(ks)) if ks else 0.0,
+            },
+            "exclusions": dict(sorted(excl.get(name, Counter()).items())),
+            "seed": base.pop("seed", seed),
+            "label_quality": label_quality(recs),
+        }
+        desc.update(base)
+        out[name] = desc
+    return out
+
+
+def label_quality(records: Sequence[Record]) -> Any:
+    """Shares of negatives by relevance judgment, or ``not_measured`` when none is judged."""
+    judgments = [n.judgment for r in records for n in r.negatives]
+    if not any(j is not None for j in judgments):
+        return "not_measured"
+    counts = Counter("unjudged" if j is None else f"judged_{j}" for j in judgments)
+    total = len(judgments)
+    return {"n_negatives": total, **{k: counts[k] / total for k in sorted(counts)}}

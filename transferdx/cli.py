@@ -10,6 +10,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from .audit import SemanticSettings
+from .composite import CompositeSettings
+from .diagnostics.semantic import BandCuts
+from .embed import EmbeddingCache, EncoderSpec
 from .loaders import LOADERS, load_beir_corpus_texts, read_id_text_tsv
 from .records import LoadResult, read_records
 from .sources import demo_sources
@@ -63,15 +67,38 @@ def external_texts(cfg: DictConfig) -> list[str] | None:
     return EXTERNAL_CORPORA[fmt](str(cfg.idf.path))
 
 
+def semantic_settings(cfg: DictConfig) -> SemanticSettings:
+    d = cfg.diagnostics
+    return SemanticSettings(
+        tau=float(d.tau),
+        cuts=BandCuts(hard=float(d.bands.hard), medium=float(d.bands.medium)),
+        background_size=int(d.background_size),
+        in_batch=bool(d.in_batch),
+        batch_size=int(d.batch_size),
+        composite=CompositeSettings(**{k: float(v) for k, v in d.composite.items()}),
+    )
+
+
+def build_encoder(cfg: DictConfig) -> EmbeddingCache | None:
+    """The frozen encoder with its embedding cache, or None for a lexical-only audit."""
+    if not cfg.diagnostics.semantic:
+        return None
+    spec = EncoderSpec.from_config(OmegaConf.to_container(cfg.backbone, resolve=True))  # type: ignore[arg-type]
+    return EmbeddingCache(spec, Path(str(cfg.paths.cache_dir)))
+
+
 def run_audit(cfg: DictConfig) -> Path:
     """Load, audit, write artifacts, print the profile. Returns the output folder."""
+    from .audit import FlagSettings, audit
     from .report import write_audit
 
     started = time.perf_counter()
     loaded = load_inputs(cfg)
     tokenizer_options = {k: v for k, v in OmegaConf.to_container(cfg.tokenizer).items() if k != "name"}
     tokenizer = get_tokenizer(cfg.tokenizer.name, **tokenizer_options)
-    settings = {
+    encoder = build_encoder(cfg)
+    semantic = semantic_settings(cfg)
+    settings: dict[str, Any] = {
         "data": cfg.input if cfg.get("input") else cfg.data.name,
         "tokenizer": cfg.tokenizer.name,
         "idf_corpus": cfg.idf.name,
@@ -79,35 +106,45 @@ def run_audit(cfg: DictConfig) -> Path:
         "seed": int(cfg.seed),
         "bootstrap_resamples": int(cfg.bootstrap.resamples),
         "bootstrap_confidence": float(cfg.bootstrap.confidence),
+        "flags": cfg.flags.mode,
     }
     if cfg.idf.name == "external":
         settings["idf_external"] = f"{cfg.idf.format}:{Path(str(cfg.idf.path)).name}"
-    result = _audit(loaded, tokenizer, cfg, settings)
-    out = Path(cfg.output_dir)
-    write_audit(result, out, settings)
-    print(result.summary())
-    n_excl = len(result.exclusions)
-    print(
-        f"\n{len(result.records)} records from {len(result.profile.rows)} sources; "
-        f"{n_excl} exclusions (see exclusions.csv); {time.perf_counter() - started:.1f}s"
-    )
-    print(f"artifacts: {out.resolve()}")
-    return out
-
-
-def _audit(loaded: LoadResult, tokenizer: Any, cfg: DictConfig, settings: dict[str, Any]):
-    from .audit import audit
-
-    return audit(
+    if encoder is not None:
+        settings.update(
+            backbone=cfg.backbone.name,
+            tau=semantic.tau,
+            in_batch=semantic.in_batch,
+            background_size=semantic.background_size,
+            composite_eps=semantic.composite.eps,
+        )
+    result = audit(
         loaded,
         tokenizer,
+        encoder=encoder,
+        semantic=semantic,
         idf_corpus=cfg.idf.name,
         external_texts=external_texts(cfg),
         seed=int(cfg.seed),
         resamples=int(cfg.bootstrap.resamples),
         confidence=float(cfg.bootstrap.confidence),
+        flags=FlagSettings(cfg.flags.mode, dict(cfg.flags.fixed)),
+        kinds=dict(cfg.kinds),
         settings=settings,
     )
+    out = Path(cfg.output_dir)
+    write_audit(result, out, settings)
+    print(result.summary())
+    flagged = [r for r in result.profile.rows if r.get("flags")]
+    for row in flagged:
+        print(f"flag {row['source']}: {row['flag_reasons']}")
+    print(
+        f"\n{len(result.records)} records from {len(result.profile.rows)} sources; "
+        f"{len(result.exclusions)} exclusions (see exclusions.csv); {len(flagged)} flagged; "
+        f"{time.perf_counter() - started:.1f}s"
+    )
+    print(f"artifacts: {out.resolve()}")
+    return out
 
 
 def audit_main() -> None:

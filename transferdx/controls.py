@@ -35,6 +35,15 @@ def random_passages(
             source=source,
             kind="control",
         )
+    builder.result.describe(
+        source,
+        mining_method="control: uniform random passages",
+        candidate_pool=f"{query_set.name} passage pool ({len(pool_ids)} passages)",
+        ranking_rule="none (random draw without replacement, positives excluded)",
+        slice=f"[0:{k}]",
+        reference_positive="first listed positive",
+        seed=seed,
+    )
     return builder.result
 
 

@@ -66,6 +66,12 @@ def slice_text(s: slice) -> str:
     return f"[{s.start or 0}:{'' if s.stop is None else s.stop}]"
 
 
+def _input_descriptor(fmt: str, path: Path) -> dict[str, str]:
+    from .artifacts import file_hash
+
+    return {"format": fmt, "file": path.name, "sha256": file_hash(path)}
+
+
 def _require(path: str | Path, what: str = "file") -> Path:
     path = Path(path)
     if not path.exists():
@@ -157,6 +163,13 @@ def load_ntuple(
             source=source,
             kind=kind,
         )
+    builder.result.describe(
+        source,
+        input=_input_descriptor("ntuple", path),
+        mining_method=method or "not recorded (n-tuple table)",
+        ranking_rule="column order negative_1..K" + (", rows grouped by query" if group_by_query else ""),
+        reference_positive="the row's positive" + (" (first row of the query)" if group_by_query else ""),
+    )
     return builder.result
 
 
@@ -207,6 +220,14 @@ def load_flagembedding(
             source=source,
             kind=kind,
         )
+    builder.result.describe(
+        source,
+        input=_input_descriptor("flagembedding", path),
+        mining_method=method or "not recorded (FlagEmbedding file)",
+        ranking_rule="order of the neg list",
+        slice=slice_text(window),
+        reference_positive="pos[0]",
+    )
     return builder.result
 
 
@@ -518,6 +539,16 @@ def load_trec_dl(
                 empty_is_error=False,
             )
         result.extend(builder.result)
+        result.describe(
+            name,
+            input=_input_descriptor("trec_dl", run_dir / name / results_name),
+            mining_method=f"retriever run {name}",
+            candidate_pool="the run's retrieved candidates (top-100; REP_LLAMA top-200)",
+            ranking_rule=f"run rank, every passage judged >= {relevant_grade} removed",
+            slice=slice_text(window),
+            reference_positive=f"judged >= {relevant_grade}, grade desc then passage id asc; p0 first",
+            judgments=qrels,
+        )
     return result
 
 

@@ -1,8 +1,15 @@
-"""Per-record diagnostics and the per-source audit profile with percentile bootstrap CIs."""
+"""Per-record diagnostics → the per-source audit profile, with percentile bootstrap CIs and flags.
+
+Every source statistic is a ratio of per-record sums, stat = Σ_i num_i / Σ_i den_i, so means over
+records (den = 1 where the value is defined) and shares over negatives (den = K_i) share one
+bootstrap: records are resampled with replacement B times (seeded per source), and each resample's
+record counts give every statistic at once. CIs are the (α/2, 1 − α/2) percentiles.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .records import Exclusion, Record
+from .records import Exclusion
 
 # The profile's column contract: later versions add columns, never rename these.
 PROFILE_COLUMNS = [
@@ -25,35 +32,68 @@ PROFILE_COLUMNS = [
     "n_psi_undefined",
 ]
 
+SEMANTIC_COLUMNS = [
+    "rho_mean",
+    "eta_mean",
+    "inversion_rate",
+    "margin_mean",
+    "margin_median",
+    "margin_p05",
+    "margin_p10",
+    "margin_lt0",
+    "margin_eq0",
+    "margin_gt0",
+    "h_mean",
+    "loss_mean",
+    "energy_mean",
+    "band_inverted",
+    "band_hard",
+    "band_medium",
+    "band_easy",
+    "bucket_rho_lt_05",
+    "bucket_eta_le_025",
+    "bucket_c_ge_05",
+    "composite_logdet",
+    "composite_trace",
+]
 
-def bootstrap_mean_ci(
-    values: np.ndarray,
-    rng: np.random.Generator,
-    resamples: int = 1000,
-    confidence: float = 0.95,
-    chunk: int = 200,
-) -> tuple[float, float]:
-    """Percentile bootstrap CI of the mean over ``values`` (NaNs removed beforehand by the caller).
 
-    Resamples records with replacement ``resamples`` times; returns the (α/2, 1 − α/2) quantiles of
-    the resampled means. Draws are made in chunks of ``chunk`` resamples to bound memory.
-    """
-    values = np.asarray(values, dtype=np.float64)
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
-    if resamples < 1:
-        raise ValueError(f"resamples must be ≥ 1, got {resamples}")
-    n = len(values)
-    if n == 0:
-        return (float("nan"), float("nan"))
-    means = np.empty(resamples)
-    for start in range(0, resamples, chunk):
-        stop = min(start + chunk, resamples)
-        idx = rng.integers(0, n, size=(stop - start, n))
-        means[start:stop] = values[idx].mean(axis=1)
-    alpha = 1 - confidence
-    low, high = np.quantile(means, [alpha / 2, 1 - alpha / 2])
-    return float(low), float(high)
+@dataclass(frozen=True)
+class Stat:
+    """A source statistic Σ num / Σ den over records; ``den=None`` means 1 per record with a defined
+    ``num``. CI columns are ``<ci>_ci_low`` / ``<ci>_ci_high``."""
+
+    name: str
+    num: str
+    den: str | None = None
+    ci: str = ""
+
+    @property
+    def ci_prefix(self) -> str:
+        return self.ci or (self.name[: -len("_mean")] if self.name.endswith("_mean") else self.name)
+
+
+LEXICAL_STATS = (Stat("psi_mean", "psi"),)
+SEMANTIC_STATS = (
+    Stat("rho_mean", "rho"),
+    Stat("eta_mean", "eta"),
+    Stat("inversion_rate", "inversion"),
+    Stat("margin_mean", "margin"),
+    Stat("margin_lt0", "margin_lt0"),
+    Stat("margin_eq0", "margin_eq0"),
+    Stat("margin_gt0", "margin_gt0"),
+    Stat("h_mean", "hardness"),
+    Stat("loss_mean", "loss"),
+    Stat("energy_mean", "energy"),
+    Stat("band_inverted", "n_band_inverted", "n_negatives"),
+    Stat("band_hard", "n_band_hard", "n_negatives"),
+    Stat("band_medium", "n_band_medium", "n_negatives"),
+    Stat("band_easy", "n_band_easy", "n_negatives"),
+    Stat("bucket_rho_lt_05", "n_bucket_rho_lt_05", "n_negatives"),
+    Stat("bucket_eta_le_025", "n_bucket_eta_le_025", "n_negatives"),
+    Stat("bucket_c_ge_05", "n_bucket_c_ge_05", "n_psi_defined"),
+)
+QUANTILES = {"margin_median": 0.5, "margin_p05": 0.05, "margin_p10": 0.10}
 
 
 def _name_key(name: str) -> int:
@@ -61,63 +101,108 @@ def _name_key(name: str) -> int:
     return int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest()[:4], "little")
 
 
-def record_diagnostics(records: Sequence[Record], negatives: pd.DataFrame) -> pd.DataFrame:
-    """One row per record: ``source, kind, qid, n_negatives, psi, coverage``.
+def resample_counts(n: int, rng: np.random.Generator, resamples: int, chunk: int = 200):
+    """Yield (B_chunk × n) matrices of how often each record appears in each bootstrap resample.
 
-    ``negatives`` is the per-negative frame (``source, qid, neg_index, psi``); the record value is the
-    mean over its negatives with a defined ψ (all or none are defined: ψ is undefined only when the
-    query has no token).
+    Indices are drawn as ``rng.integers(0, n, (B_chunk, n))``, the same stream as
+    ``scipy.stats.bootstrap`` draws for one sample.
     """
-    grouped = negatives.groupby(["source", "qid"], sort=False)["psi"].mean()
-    rows = []
-    for rec in records:
-        psi = float(grouped.get((rec.source, rec.qid), np.nan))
-        rows.append(
-            {
-                "source": rec.source,
-                "kind": rec.kind,
-                "qid": rec.qid,
-                "n_negatives": len(rec.negatives),
-                "psi": psi,
-                "coverage": 1.0 - psi,
-            }
-        )
-    return pd.DataFrame(rows, columns=["source", "kind", "qid", "n_negatives", "psi", "coverage"])
+    for start in range(0, resamples, chunk):
+        rows = min(chunk, resamples - start)
+        idx = rng.integers(0, n, size=(rows, n))
+        flat = (idx + (np.arange(rows)[:, None] * n)).ravel()
+        yield np.bincount(flat, minlength=rows * n).reshape(rows, n).astype(np.float64)
+
+
+def bootstrap_ratios(
+    num: np.ndarray,
+    den: np.ndarray,
+    rng: np.random.Generator,
+    resamples: int = 1000,
+    confidence: float = 0.95,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile CIs of Σ num / Σ den for each column of ``num``/``den`` (n_records × n_stats)."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
+    if resamples < 1:
+        raise ValueError(f"resamples must be ≥ 1, got {resamples}")
+    n, k = num.shape
+    if n == 0:
+        return np.full(k, np.nan), np.full(k, np.nan)
+    stats = np.empty((resamples, k))
+    row = 0
+    for counts in resample_counts(n, rng, resamples):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            stats[row : row + len(counts)] = (counts @ num) / (counts @ den)
+        row += len(counts)
+    alpha = 1 - confidence
+    low = np.full(k, np.nan)
+    high = np.full(k, np.nan)
+    for j in range(k):
+        col = stats[:, j][~np.isnan(stats[:, j])]
+        if len(col):
+            low[j], high[j] = np.quantile(col, [alpha / 2, 1 - alpha / 2])
+    return low, high
+
+
+def bootstrap_mean_ci(
+    values: np.ndarray, rng: np.random.Generator, resamples: int = 1000, confidence: float = 0.95
+) -> tuple[float, float]:
+    """Percentile bootstrap CI of the mean of ``values`` (equals ``scipy.stats.bootstrap``'s
+    percentile method for the same generator)."""
+    values = np.asarray(values, dtype=np.float64)
+    low, high = bootstrap_ratios(values[:, None], np.ones((len(values), 1)), rng, resamples, confidence)
+    return float(low[0]), float(high[0])
+
+
+def _num_den(frame: pd.DataFrame, stats: Sequence[Stat]) -> tuple[np.ndarray, np.ndarray]:
+    num = np.empty((len(frame), len(stats)))
+    den = np.empty((len(frame), len(stats)))
+    for j, stat in enumerate(stats):
+        values = frame[stat.num].to_numpy(dtype=np.float64)
+        if stat.den is None:
+            defined = ~np.isnan(values)
+            num[:, j] = np.where(defined, values, 0.0)
+            den[:, j] = defined
+        else:
+            num[:, j] = values
+            den[:, j] = frame[stat.den].to_numpy(dtype=np.float64)
+    return num, den
 
 
 @dataclass(frozen=True)
 class AuditProfile:
-    """The audit profile: one row per source (``rows``) plus exclusion counts per source."""
+    """The audit profile: one row per source, plus exclusion counts, settings, thresholds and
+    negative-set descriptors."""
 
     rows: tuple[Mapping[str, Any], ...]
     exclusions: Mapping[str, int] = field(default_factory=dict)
     settings: Mapping[str, Any] = field(default_factory=dict)
+    thresholds: Mapping[str, Any] = field(default_factory=dict)
+    descriptors: Mapping[str, Any] = field(default_factory=dict)
 
     def to_frame(self) -> pd.DataFrame:
         frame = pd.DataFrame(list(self.rows))
+        if not len(frame):
+            return pd.DataFrame(columns=PROFILE_COLUMNS)
         extra = [c for c in frame.columns if c not in PROFILE_COLUMNS]
-        return frame[PROFILE_COLUMNS + extra] if len(frame) else pd.DataFrame(columns=PROFILE_COLUMNS)
+        return frame[PROFILE_COLUMNS + extra]
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "settings": dict(self.settings),
             "sources": [dict(r) for r in self.rows],
             "exclusions": dict(self.exclusions),
+            "flag_thresholds": dict(self.thresholds),
+            "descriptors": dict(self.descriptors),
         }
 
     def summary(self) -> str:
         frame = self.to_frame()
-        cols = [
-            "source",
-            "kind",
-            "n_records",
-            "n_negatives",
-            "psi_mean",
-            "psi_ci_low",
-            "psi_ci_high",
-            "n_psi_undefined",
-        ]
-        return frame[cols].to_string(index=False, float_format=lambda v: f"{v:.4f}")
+        cols = ["source", "kind", "n_records", "psi_mean", "psi_ci_low", "psi_ci_high"]
+        cols += [c for c in ("rho_mean", "eta_mean", "inversion_rate", "margin_mean", "loss_mean") if c in frame]
+        cols += [c for c in ("flags",) if c in frame]
+        return frame[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}")
 
 
 def profile_sources(
@@ -129,13 +214,17 @@ def profile_sources(
     confidence: float = 0.95,
     settings: Mapping[str, Any] | None = None,
     sources: Sequence[str] | None = None,
+    extra: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> AuditProfile:
-    """Aggregate per-record values into one profile row per source (sorted by source name).
+    """One profile row per source (sorted by name), with CIs for every mean and rate.
 
-    ``psi_mean`` = mean of record ψ over records with a defined ψ; ``coverage_mean`` = 1 − psi_mean;
-    the CI is a percentile bootstrap over those records, seeded per source from ``seed``.
-    A source whose every record was excluded still gets a row (n_records = 0, NaN statistics).
+    ``psi_mean`` = mean of record ψ over records with a defined ψ; ``coverage_mean`` = 1 − psi_mean.
+    Semantic statistics are added when ``per_record`` has their columns. ``extra`` adds per-source
+    values computed elsewhere (the composites). A source whose every record was excluded still gets
+    a row (n_records = 0, NaN statistics).
     """
+    semantic = "rho" in per_record.columns
+    stats = LEXICAL_STATS + (SEMANTIC_STATS if semantic else ())
     names = sorted(set(per_record["source"]) | set(sources or ()))
     excl_counts: dict[str, int] = {}
     for ex in exclusions:
@@ -144,24 +233,102 @@ def profile_sources(
     rows = []
     for name in names:
         sub = per_record[per_record["source"] == name]
-        psi = sub["psi"].to_numpy(dtype=np.float64)
-        defined = psi[~np.isnan(psi)]
-        rng = np.random.default_rng([seed, _name_key(name)])
-        low, high = bootstrap_mean_ci(defined, rng, resamples, confidence)
-        mean = float(defined.mean()) if len(defined) else float("nan")
+        num, den = _num_den(sub, stats)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            point = num.sum(axis=0) / den.sum(axis=0)
+        low, high = bootstrap_ratios(num, den, np.random.default_rng([seed, _name_key(name)]), resamples, confidence)
         kinds = sorted(set(sub["kind"]))
-        rows.append(
-            {
-                "source": name,
-                "kind": kinds[0] if len(kinds) == 1 else ("mixed" if kinds else "genuine"),
-                "n_records": len(sub),
-                "n_negatives": int(sub["n_negatives"].sum()),
-                "psi_mean": mean,
-                "psi_ci_low": low,
-                "psi_ci_high": high,
-                "coverage_mean": 1.0 - mean,
-                "n_psi_undefined": int(np.isnan(psi).sum()),
-                "n_excluded_records": excl_counts.get(name, 0),
-            }
-        )
+        row: dict[str, Any] = {
+            "source": name,
+            "kind": kinds[0] if len(kinds) == 1 else ("mixed" if kinds else "genuine"),
+            "n_records": len(sub),
+            "n_negatives": int(sub["n_negatives"].sum()),
+            "coverage_mean": float("nan"),
+            "n_psi_undefined": int(sub["psi"].isna().sum()),
+            "n_excluded_records": excl_counts.get(name, 0),
+        }
+        for j, stat in enumerate(stats):
+            row[stat.name] = float(point[j])
+            row[f"{stat.ci_prefix}_ci_low"] = float(low[j])
+            row[f"{stat.ci_prefix}_ci_high"] = float(high[j])
+        row["coverage_mean"] = 1.0 - row["psi_mean"]
+        if semantic:
+            margins = sub["margin"].to_numpy(dtype=np.float64)
+            for col, q in QUANTILES.items():
+                row[col] = float(np.quantile(margins, q)) if len(margins) else float("nan")
+            row["n_h_undefined"] = int(sub["hardness"].isna().sum())
+        row.update((extra or {}).get(name, {}))
+        rows.append(row)
     return AuditProfile(tuple(rows), {k: excl_counts[k] for k in sorted(excl_counts)}, dict(settings or {}))
+
+
+# ---------------------------------------------------------------------------------------------
+# Flags
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FlagRule:
+    """Flag a source when ``column`` is above (``high``) or below the threshold."""
+
+    name: str
+    column: str
+    high: bool
+    symbol: str
+    fixed_key: str
+
+
+FLAG_RULES = (
+    FlagRule("rho_high", "rho_mean", True, "ρ", "rho"),
+    FlagRule("eta_high", "eta_mean", True, "η", "eta"),
+    FlagRule("psi_high", "psi_mean", True, "ψ", "psi"),
+    FlagRule("inversion_low", "inversion_rate", False, "inversion", "inversion"),
+)
+FLAG_MODES = ("envelope", "fixed")
+
+
+def flag_thresholds(rows: Sequence[Mapping[str, Any]], mode: str, fixed: Mapping[str, float]) -> dict[str, Any]:
+    """Thresholds per rule: the envelope of the genuine sources (max for "high" rules, min for
+    "low"), or the fixed values from config."""
+    if mode not in FLAG_MODES:
+        raise ValueError(f"flag mode must be one of {FLAG_MODES}, got {mode!r}")
+    out: dict[str, Any] = {"mode": mode}
+    genuine = [r for r in rows if r.get("kind") == "genuine"]
+    for rule in FLAG_RULES:
+        if not rows or rule.column not in rows[0]:
+            continue
+        if mode == "fixed":
+            if rule.fixed_key in fixed:
+                out[rule.name] = float(fixed[rule.fixed_key])
+            continue
+        values = [r[rule.column] for r in genuine if not _nan(r[rule.column])]
+        if values:
+            out[rule.name] = float(max(values) if rule.high else min(values))
+    return out
+
+
+def apply_flags(rows: Sequence[Mapping[str, Any]], thresholds: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Add ``flags`` (names joined by ``;``) and ``flag_reasons`` to each row. Strict comparisons,
+    so no genuine source is flagged by its own envelope."""
+    out = []
+    for row in rows:
+        names, reasons = [], []
+        for rule in FLAG_RULES:
+            if rule.name not in thresholds or rule.column not in row or _nan(row[rule.column]):
+                continue
+            t, v = thresholds[rule.name], row[rule.column]
+            if (v > t) if rule.high else (v < t):
+                names.append(rule.name)
+                source = (
+                    "max genuine"
+                    if thresholds["mode"] == "envelope" and rule.high
+                    else ("min genuine" if thresholds["mode"] == "envelope" else "fixed")
+                )
+                op = ">" if rule.high else "<"
+                reasons.append(f"{rule.symbol} {v:.6g} {op} {t:.6g} ({source})")
+        out.append({**row, "flags": ";".join(names), "flag_reasons": "; ".join(reasons)})
+    return out
+
+
+def _nan(value: Any) -> bool:
+    return isinstance(value, float) and math.isnan(value)

@@ -94,11 +94,19 @@ class LoadResult:
 
     records: list[Record] = field(default_factory=list)
     exclusions: list[Exclusion] = field(default_factory=list)
+    # source → how its negatives were made (input, mining method, pool, ranking rule, slice, ...)
+    descriptors: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def extend(self, other: LoadResult) -> LoadResult:
         self.records.extend(other.records)
         self.exclusions.extend(other.exclusions)
+        for source, desc in other.descriptors.items():
+            self.descriptors.setdefault(source, {}).update(desc)
         return self
+
+    def describe(self, source: str, **fields: Any) -> None:
+        """Record how ``source``'s negatives were made (merged into its descriptor)."""
+        self.descriptors.setdefault(source, {}).update(fields)
 
     @property
     def sources(self) -> list[str]:
@@ -328,6 +336,8 @@ def read_records(path: str | Path, on_error: str = "raise", source: str | None =
         files = [path]
     else:
         raise InputError(path, None, "<path>", "no such file or folder")
+    from .artifacts import file_hash
+
     result = LoadResult()
     seen: set[tuple[str, str]] = set()
     for file in files:
@@ -337,6 +347,14 @@ def read_records(path: str | Path, on_error: str = "raise", source: str | None =
             if obj is not None:
                 record_from_obj(builder, lineno, obj, default_source=source)
         result.extend(builder.result)
+        digest = file_hash(file)
+        for name in {r.source for r in builder.result.records}:
+            result.describe(
+                name,
+                input={"format": "records", "file": file.name, "sha256": digest},
+                mining_method="as recorded in the file (negatives[].method)",
+                reference_positive="positives[0] as given",
+            )
     return result
 
 

@@ -1,9 +1,10 @@
 """Writing an audit to disk: profile CSV/JSON, per-record and per-negative tables, exclusions,
-``report.md`` and the ψ plot. All files are written atomically inside the given output folder."""
+``report.md`` and its plots. All files are written atomically inside the given output folder."""
 
 from __future__ import annotations
 
 import io
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, fields
@@ -14,6 +15,7 @@ import pandas as pd
 
 from .artifacts import atomic_write_bytes, atomic_write_text, canonical_json, safe_join, write_meta
 from .audit import AuditResult
+from .diagnostics.semantic import BANDS
 from .records import Exclusion
 
 EXCLUSION_COLUMNS = [f.name for f in fields(Exclusion)]
@@ -25,7 +27,21 @@ FILES = {
     "exclusions": "exclusions.csv",
     "report": "report.md",
     "plot": "psi.png",
+    "plot_profile": "profile.png",
+    "plot_margins": "margins.png",
+    "plot_bands": "bands.png",
 }
+KIND_COLOURS = {"genuine": "tab:blue", "control": "tab:orange"}
+MEAN_STATS = [  # (profile column, CI prefix, label)
+    ("rho_mean", "rho", "ρ"),
+    ("eta_mean", "eta", "η"),
+    ("psi_mean", "psi", "ψ"),
+    ("inversion_rate", "inversion_rate", "inversion"),
+    ("margin_mean", "margin", "margin"),
+    ("h_mean", "h", "h"),
+    ("loss_mean", "loss", "loss"),
+    ("energy_mean", "energy", "energy"),
+]
 
 
 def _json_safe(value: Any) -> Any:
@@ -51,36 +67,41 @@ def exclusions_frame(exclusions: tuple[Exclusion, ...]) -> pd.DataFrame:
     return pd.DataFrame([asdict(e) for e in exclusions], columns=EXCLUSION_COLUMNS)
 
 
+def _cell(value: Any, floatfmt: str) -> str:
+    if isinstance(value, float):
+        return "—" if math.isnan(value) else format(value, floatfmt)
+    return str(value)
+
+
 def _markdown_table(frame: pd.DataFrame, floatfmt: str = ".4f") -> str:
     cols = list(frame.columns)
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
     for _, row in frame.iterrows():
-        cells = []
-        for c in cols:
-            v = row[c]
-            if isinstance(v, float):
-                cells.append("—" if math.isnan(v) else format(v, floatfmt))
-            else:
-                cells.append(str(v))
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append("| " + " | ".join(_cell(row[c], floatfmt) for c in cols) + " |")
     return "\n".join(lines)
 
 
+def _with_ci(frame: pd.DataFrame, stats: list[tuple[str, str, str]]) -> pd.DataFrame:
+    """A table of ``value [low, high]`` cells for the stats present in ``frame``."""
+    out = pd.DataFrame({"source": frame["source"], "kind": frame["kind"]})
+    for col, prefix, label in stats:
+        if col not in frame:
+            continue
+        out[label] = [
+            "—" if math.isnan(v) else f"{v:.3f} [{lo:.3f}, {hi:.3f}]"
+            for v, lo, hi in zip(frame[col], frame[f"{prefix}_ci_low"], frame[f"{prefix}_ci_high"], strict=True)
+        ]
+    return out
+
+
 def render_report(result: AuditResult, settings: Mapping[str, Any]) -> str:
-    """report.md: settings, the profile table, exclusions by source and reason, the ψ plot."""
-    frame = result.profile.to_frame()
-    shown = [
-        "source",
-        "kind",
-        "n_records",
-        "n_negatives",
-        "psi_mean",
-        "psi_ci_low",
-        "psi_ci_high",
-        "coverage_mean",
-        "n_psi_undefined",
-        "n_excluded_records",
-    ]
+    """report.md: settings, profile tables, flags with reasons, descriptors, exclusions, plots."""
+    profile = result.profile
+    frame = profile.to_frame()
+    semantic = "rho_mean" in frame
+    counts = ["source", "kind", "n_records", "n_negatives", "n_psi_undefined", "n_excluded_records"]
+    if semantic:
+        counts.append("n_h_undefined")
     parts = [
         "# transferdx audit",
         "",
@@ -90,65 +111,195 @@ def render_report(result: AuditResult, settings: Mapping[str, Any]) -> str:
         "",
         "## Audit profile",
         "",
-        "ψ (lexical residuality) = IDF-weighted share of query tokens a negative does not contain; range"
-        " [0, 1], higher = less lexical overlap with the query. Record ψ = mean over its negatives;"
-        " source ψ = mean over records with a defined ψ, with a percentile bootstrap CI over records.",
+        "Means over records and rates, each with its 95% percentile bootstrap CI over records.",
+        "ψ: IDF-weighted share of query tokens a negative does not contain, [0, 1], higher = less lexical",
+        "overlap. ρ = σ((s(q,p) − s(q,n))/τ) ∈ (0, 1), higher = positive ranked above the negative.",
+        "η = max(0, s(q,n)) ∈ [0, 1], higher = negative closer to the query. inversion = share of",
+        "records whose best negative scores ≥ the positive. margin = s(q,p) − max_k s(q,n_k) ∈ [−2, 2].",
+        "h = (s(q,n) − b(q))/(s(q,p) − b(q)): 1 = as close as the positive, 0 = as close as a random",
+        "passage. loss = MNRL on the explicit negatives; energy = Σ_k ‖(π_k/τ)(e_n − e_p)‖².",
         "",
-        _markdown_table(frame[[c for c in shown if c in frame.columns]]),
+        _markdown_table(frame[[c for c in counts if c in frame]]),
         "",
-        "![ψ per source with bootstrap CI](psi.png)",
+        _markdown_table(_with_ci(frame, MEAN_STATS)),
         "",
-        "## Exclusions",
+        "![ρ, η, ψ per source](profile.png)" if semantic else "![ψ per source with bootstrap CI](psi.png)",
         "",
     ]
+    if semantic:
+        margin_cols = ["source", "margin_median", "margin_p05", "margin_p10", "margin_lt0", "margin_eq0", "margin_gt0"]
+        band_cols = [
+            "source",
+            *(f"band_{b}" for b in BANDS),
+            "bucket_rho_lt_05",
+            "bucket_eta_le_025",
+            "bucket_c_ge_05",
+            "composite_logdet",
+            "composite_trace",
+        ]
+        parts += [
+            "### Margins",
+            "",
+            _markdown_table(frame[margin_cols]),
+            "",
+            "![margin distribution per source](margins.png)",
+            "",
+            "### InfoNCE bands, failure buckets and composites",
+            "",
+            "Bands (shares of negatives) from w = exp((s(q,n) − s(q,p))/τ): inverted s(q,n) ≥ s(q,p);"
+            " hard w ≥ 0.5; medium 0.1 ≤ w < 0.5; easy otherwise. Buckets: ρ < 0.5; η ≤ 0.25; C = 1 − ψ ≥ 0.5."
+            " Composites: (1/d) log det(I + M/ε) and tr(M)/ε of the weighted residual scatter M.",
+            "",
+            _markdown_table(frame[band_cols]),
+            "",
+            "![band shares per source](bands.png)",
+            "",
+        ]
+    parts += _flags_section(frame, profile.thresholds)
+    parts += _descriptor_section(profile.descriptors)
+    parts += ["## Exclusions", ""]
     excl = exclusions_frame(result.exclusions)
     if len(excl):
-        counts = (
+        table = (
             excl.assign(source=excl["source"].replace("", "(all sources)"))
             .groupby(["source", "unit", "reason"], sort=True)
             .size()
             .reset_index(name="count")
         )
-        parts += [f"{len(excl)} items excluded; every one is listed in `exclusions.csv`.", "", _markdown_table(counts)]
+        parts += [f"{len(excl)} items excluded; every one is listed in `exclusions.csv`.", "", _markdown_table(table)]
     else:
         parts.append("No input item was excluded.")
     return "\n".join(parts) + "\n"
 
 
-def plot_psi(result: AuditResult) -> bytes:
-    """Horizontal dot-and-whisker plot of per-source mean ψ with its CI, coloured by kind (PNG)."""
+def _flags_section(frame: pd.DataFrame, thresholds: Mapping[str, Any]) -> list[str]:
+    mode = thresholds.get("mode", "envelope")
+    how = (
+        "thresholds = the envelope of the genuine sources (strict, so no genuine source is flagged)"
+        if mode == "envelope"
+        else "fixed thresholds from the config"
+    )
+    lines = ["## Flags", "", f"Mode `{mode}`: {how}.", ""]
+    lines += [f"- `{k}`: {v:.4f}" for k, v in thresholds.items() if k != "mode"]
+    lines.append("")
+    flagged = frame[frame["flags"] != ""] if "flags" in frame else frame.iloc[:0]
+    if len(flagged):
+        lines += [f"- **{r.source}** ({r.kind}): {r.flag_reasons}" for r in flagged.itertuples()]
+    else:
+        lines.append("No source is flagged.")
+    return [*lines, ""]
+
+
+def _descriptor_section(descriptors: Mapping[str, Any]) -> list[str]:
+    lines = ["## Negative-set descriptors", "", "How each source's negatives were made and scored.", ""]
+    for name, desc in descriptors.items():
+        lines += [f"### {name}", "", "```json", json.dumps(_json_safe(desc), indent=2, sort_keys=True), "```", ""]
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# Plots
+# ---------------------------------------------------------------------------------------------
+
+
+def _figure(rows: int, width: float = 8.0, panels: int = 1):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    frame = result.profile.to_frame().sort_values("source", ascending=False)
-    frame = frame[frame["n_records"] > 0]
-    fig, ax = plt.subplots(figsize=(8, 0.45 * max(len(frame), 2) + 1.2), dpi=100)
-    colours = {"genuine": "tab:blue", "control": "tab:orange"}
-    for y, (_, row) in enumerate(frame.iterrows()):
-        colour = colours.get(row["kind"], "tab:gray")
-        ax.errorbar(
-            row["psi_mean"],
-            y,
-            xerr=[[row["psi_mean"] - row["psi_ci_low"]], [row["psi_ci_high"] - row["psi_mean"]]],
-            fmt="o",
-            color=colour,
-            capsize=3,
-        )
-    ax.set_yticks(range(len(frame)), list(frame["source"]))
-    ax.set_xlabel("mean lexical residuality ψ (95% bootstrap CI)")
-    ax.set_xlim(0, 1)
-    ax.grid(axis="x", alpha=0.3)
-    for kind, colour in colours.items():
-        ax.plot([], [], "o", color=colour, label=kind)
-    ax.set_ylim(-0.6, len(frame) - 0.4)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    fig, axes = plt.subplots(1, panels, figsize=(width, 0.45 * max(rows, 2) + 1.3), dpi=100, sharey=True, squeeze=False)
+    return plt, fig, axes[0]
+
+
+def _png(plt: Any, fig: Any) -> bytes:
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", metadata={"Software": None})
     plt.close(fig)
     return buffer.getvalue()
+
+
+def _plotted(result: AuditResult) -> pd.DataFrame:
+    frame = result.profile.to_frame().sort_values("source", ascending=False)
+    return frame[frame["n_records"] > 0]
+
+
+def _dots(ax: Any, frame: pd.DataFrame, col: str, prefix: str) -> None:
+    for y, (_, row) in enumerate(frame.iterrows()):
+        value = row[col]
+        if math.isnan(value):
+            continue
+        ax.errorbar(
+            value,
+            y,
+            xerr=[[value - row[f"{prefix}_ci_low"]], [row[f"{prefix}_ci_high"] - value]],
+            fmt="o",
+            color=KIND_COLOURS.get(row["kind"], "tab:gray"),
+            capsize=3,
+        )
+    ax.set_yticks(range(len(frame)), list(frame["source"]))
+    ax.set_ylim(-0.6, len(frame) - 0.4)
+    ax.grid(axis="x", alpha=0.3)
+
+
+def _legend(ax: Any) -> None:
+    for kind, colour in KIND_COLOURS.items():
+        ax.plot([], [], "o", color=colour, label=kind)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+
+
+def plot_psi(result: AuditResult) -> bytes:
+    """Mean ψ per source with its CI, coloured by kind (PNG)."""
+    frame = _plotted(result)
+    plt, fig, (ax,) = _figure(len(frame))
+    _dots(ax, frame, "psi_mean", "psi")
+    ax.set_xlabel("mean lexical residuality ψ (95% bootstrap CI)")
+    ax.set_xlim(0, 1)
+    _legend(ax)
+    return _png(plt, fig)
+
+
+def plot_profile(result: AuditResult) -> bytes:
+    """Mean ρ, η and ψ per source with CIs, one panel each (PNG)."""
+    frame = _plotted(result)
+    plt, fig, axes = _figure(len(frame), width=11, panels=3)
+    for ax, (col, prefix, label) in zip(axes, MEAN_STATS[:3], strict=True):
+        _dots(ax, frame, col, prefix)
+        ax.set_xlabel(f"mean {label} (95% CI)")
+    _legend(axes[-1])
+    return _png(plt, fig)
+
+
+def plot_margins(result: AuditResult) -> bytes:
+    """Distribution of record margins s(q,p) − max_k s(q,n_k) per source (box plot, PNG)."""
+    frame = _plotted(result)
+    recs = result.records
+    plt, fig, (ax,) = _figure(len(frame))
+    data = [recs.loc[recs["source"] == s, "margin"].dropna().to_numpy() for s in frame["source"]]
+    ax.boxplot(data, vert=False, positions=range(len(frame)), widths=0.5, showfliers=True)
+    ax.axvline(0.0, color="tab:red", lw=1, ls="--")
+    ax.set_yticks(range(len(frame)), list(frame["source"]))
+    ax.set_xlabel("record margin s(q,p) − max_k s(q,n_k)  (< 0: inverted)")
+    ax.grid(axis="x", alpha=0.3)
+    return _png(plt, fig)
+
+
+def plot_bands(result: AuditResult) -> bytes:
+    """Shares of negatives in each InfoNCE band per source (stacked bars, PNG)."""
+    frame = _plotted(result)
+    plt, fig, (ax,) = _figure(len(frame))
+    left = [0.0] * len(frame)
+    colours = {"inverted": "tab:red", "hard": "tab:orange", "medium": "tab:olive", "easy": "tab:green"}
+    for band in BANDS:
+        widths = list(frame[f"band_{band}"])
+        ax.barh(range(len(frame)), widths, left=left, color=colours[band], label=band, height=0.6)
+        left = [a + b for a, b in zip(left, widths, strict=True)]
+    ax.set_yticks(range(len(frame)), list(frame["source"]))
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("share of negatives by InfoNCE band")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    return _png(plt, fig)
 
 
 def write_audit(result: AuditResult, out_dir: str | Path, settings: Mapping[str, Any]) -> dict[str, Path]:
@@ -157,6 +308,7 @@ def write_audit(result: AuditResult, out_dir: str | Path, settings: Mapping[str,
     out.mkdir(parents=True, exist_ok=True)
     paths = {key: safe_join(out, name) for key, name in FILES.items()}
     profile = result.profile.to_frame()
+    semantic = "rho_mean" in profile
     atomic_write_text(paths["profile_csv"], _csv(profile))
     atomic_write_text(paths["profile_json"], canonical_json(_json_safe(result.profile.to_dict())))
     atomic_write_text(paths["records"], _csv(result.records))
@@ -164,8 +316,12 @@ def write_audit(result: AuditResult, out_dir: str | Path, settings: Mapping[str,
     atomic_write_text(paths["exclusions"], _csv(exclusions_frame(result.exclusions)))
     atomic_write_text(paths["report"], render_report(result, settings))
     atomic_write_bytes(paths["plot"], plot_psi(result))
+    if semantic:
+        atomic_write_bytes(paths["plot_profile"], plot_profile(result))
+        atomic_write_bytes(paths["plot_margins"], plot_margins(result))
+        atomic_write_bytes(paths["plot_bands"], plot_bands(result))
     config = _json_safe(dict(settings))
     write_meta(paths["profile_json"], config, rows=len(profile))
     write_meta(paths["records"], config, rows=len(result.records))
     write_meta(paths["negatives"], config, rows=len(result.negatives))
-    return paths
+    return {k: p for k, p in paths.items() if p.exists()}

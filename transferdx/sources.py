@@ -72,6 +72,14 @@ def mine_bm25(
             empty_reason=f"BM25 found no non-positive passage with score > 0 in {slice_text(window)}",
             empty_is_error=False,
         )
+    builder.result.describe(
+        source,
+        mining_method=f"bm25 (bm25s {method}, k1={k1}, b={b}, stopwords={stopwords}, no stemmer)",
+        candidate_pool=f"{query_set.name} passage pool ({len(pool_ids)} passages)",
+        ranking_rule="BM25 score desc (ties: pool order), score > 0, every known positive removed",
+        slice=slice_text(window),
+        reference_positive="first listed positive",
+    )
     return builder.result
 
 
@@ -115,7 +123,9 @@ def demo_query_set() -> QuerySet:
 def demo_handwritten(on_error: str = "raise") -> LoadResult:
     """The demo's hand-written (LLM-style) negatives, as shipped records."""
     with resources.as_file(resources.files("transferdx").joinpath(DEMO_FOLDER, "handwritten.jsonl")) as path:
-        return read_records(path, on_error)
+        result = read_records(path, on_error)
+    result.describe("handwritten", mining_method="hand-written LLM-style paraphrased negatives (demo)")
+    return result
 
 
 def demo_sources(k: int = 8, seed: int = 0, on_error: str = "raise") -> LoadResult:
