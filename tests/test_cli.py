@@ -109,8 +109,9 @@ def test_records_input_and_sweepable_groups(tmp_path, data):
 
 def test_external_idf_on_scifact(tmp_path, data):
     out = tmp_path / "ext"
-    run_audit("idf=external", "diagnostics=lexical", f"paths.data_dir={data}", f"output_dir={out}",
-              "bootstrap.resamples=100")
+    run_audit(
+        "idf=external", "diagnostics=lexical", f"paths.data_dir={data}", f"output_dir={out}", "bootstrap.resamples=100"
+    )
     assert json.loads((out / "profile.json").read_text())["settings"]["idf_external"] == "beir:scifact"
 
 

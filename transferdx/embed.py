@@ -226,13 +226,15 @@ class EmbeddingCache:
         for chunk in sorted(folder.glob("chunk-*.npz")):
             with np.load(chunk, allow_pickle=False) as data:
                 for row, key in enumerate(data["keys"]):
-                    index.setdefault(bytes(key), (chunk, row))
+                    index.setdefault(key.tobytes(), (chunk, row))
         return index
 
     @staticmethod
     def _write_chunk(folder: Path, keys: list[bytes], vectors: np.ndarray) -> Path:
         buffer = io.BytesIO()
-        np.savez(buffer, keys=np.array(keys, dtype="S32"), vectors=vectors.astype(np.float32))
+        # keys as raw uint8 rows: numpy "S" strings would drop a digest's trailing NUL bytes
+        digests = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), 32)
+        np.savez(buffer, keys=digests, vectors=vectors.astype(np.float32))
         name = "chunk-" + hashlib.sha256(b"".join(keys)).hexdigest()[:24] + ".npz"
         return atomic_write_bytes(folder / name, buffer.getvalue())
 

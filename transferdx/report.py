@@ -277,7 +277,7 @@ def plot_margins(result: AuditResult) -> bytes:
     recs = result.records
     plt, fig, (ax,) = _figure(len(frame))
     data = [recs.loc[recs["source"] == s, "margin"].dropna().to_numpy() for s in frame["source"]]
-    ax.boxplot(data, vert=False, positions=range(len(frame)), widths=0.5, showfliers=True)
+    ax.boxplot(data, orientation="horizontal", positions=range(len(frame)), widths=0.5, showfliers=True)
     ax.axvline(0.0, color="tab:red", lw=1, ls="--")
     ax.set_yticks(range(len(frame)), list(frame["source"]))
     ax.set_xlabel("record margin s(q,p) − max_k s(q,n_k)  (< 0: inverted)")

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.special import expit
 
 BANDS = ("inverted", "hard", "medium", "easy")
 
@@ -43,7 +44,7 @@ def rho(s_qp: np.ndarray, s_qn: np.ndarray, tau: float) -> np.ndarray:
     """ρ = σ((s(q,p) − s(q,n))/τ) ∈ (0, 1); 0.5 when the negative ties with the positive."""
     _check_tau(tau)
     z = (np.asarray(s_qp, dtype=np.float64) - np.asarray(s_qn, dtype=np.float64)) / tau
-    return 0.5 * (1.0 + np.tanh(0.5 * z))  # numerically stable logistic
+    return expit(z)  # the logistic, accurate in both tails
 
 
 def eta(s_qn: np.ndarray) -> np.ndarray:
