@@ -141,3 +141,67 @@ def test_multirun_sweeps_tokenizers(tmp_path):
 
 def test_config_dir_found():
     assert Path(config_dir(), "audit.yaml").is_file()
+
+
+def run_build(*overrides: str) -> subprocess.CompletedProcess:
+    script = Path(sys.executable).with_name("transferdx-build")
+    command = (
+        [str(script)]
+        if script.exists()
+        else [sys.executable, "-c", "from transferdx.cli import build_main; build_main()"]
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFERDX_CACHE_DIR": str(CACHE)}
+    proc = subprocess.run([*command, *overrides], cwd=REPO, capture_output=True, text=True, env=env, timeout=600)
+    if proc.returncode != 0:
+        raise AssertionError(f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    return proc
+
+
+def test_build_then_audit_the_folder(tmp_path):
+    out = tmp_path / "sources"
+    run_build(
+        "data=demo_pool",
+        "sources=[bm25,perturb,bm25+perturb]",
+        "controls=[random_passages,own_positive_mix,easy_shuffled]",
+        f"output_dir={out}",
+    )
+    names = sorted(p.name for p in out.iterdir())
+    assert names == [
+        "bm25+perturb.jsonl",
+        "bm25.jsonl",
+        "descriptors.json",
+        "easy_shuffled.jsonl",
+        "exclusions.csv",
+        "false_negatives.json",
+        "own_positive_mix.jsonl",
+        "perturb.jsonl",
+        "random_passages.jsonl",
+    ]
+    audited = tmp_path / "audit"
+    run_audit(f"input={out}", "diagnostics=lexical", f"output_dir={audited}", "bootstrap.resamples=100")
+    profile = json.loads((audited / "profile.json").read_text())
+    kinds = {r["source"]: r["kind"] for r in profile["sources"]}
+    assert kinds["own_positive_mix"] == "control" and kinds["bm25+perturb"] == "genuine"
+    assert "bm25s" in profile["descriptors"]["bm25"]["mining_method"]
+    assert profile["descriptors"]["easy_shuffled"]["parent_source"] == "bm25"
+    assert profile["catch_rate"]["n_controls"] == 3
+
+
+def test_dl19_pool_builds_and_audits_with_false_negatives(tmp_path, data):
+    out = tmp_path / "dl19pool"
+    proc = run_audit(
+        "data=msmarco_dl19_pool",
+        f"paths.data_dir={data}",
+        "diagnostics=lexical",
+        "sources=[bm25,perturb,bm25+perturb]",
+        "controls=[random_passages,easy_shuffled,own_positive_mix,random_mix_50]",
+        f"output_dir={out}",
+        "bootstrap.resamples=200",
+    )
+    rows = {r["source"]: r for r in read_profile(out)}
+    assert rows["perturb"]["false_negative_rate"] == "not_measured"
+    assert 0 < float(rows["bm25"]["false_negative_rate"]) < 1
+    assert float(rows["own_positive_mix"]["false_negative_rate"]) > float(rows["bm25"]["false_negative_rate"])
+    report = (out / "report.md").read_text()
+    assert "## Measured false negatives" in report and "## Control catch-rate" in report
+    assert "controls flagged:" in proc.stdout

@@ -182,3 +182,12 @@ def test_trec_dl_query_without_negatives_is_counted(tmp_path):
     out = load_trec_dl(_dl_layout(tmp_path, hits=hits))
     assert not out.records
     assert [(e.source, e.qid, e.unit) for e in out.exclusions] == [("SYS", "1", "record")]
+
+
+def test_bad_sidecar_is_a_located_error(tmp_path):
+    _write(tmp_path, [GOOD], "s.jsonl")
+    (tmp_path / "false_negatives.json").write_text(json.dumps({"s": [["1", "two", 8]]}))
+    with pytest.raises(InputError, match=r"false_negatives\.json: field 's'"):
+        read_records(tmp_path)
+    (tmp_path / "false_negatives.json").write_text(json.dumps({"s": [["1", 2, 8]]}))
+    assert read_records(tmp_path).false_negatives == {"s": [("1", 2, 8)]}

@@ -17,7 +17,14 @@ from .composite import CompositeSettings, composite, weights
 from .diagnostics.lexical import negative_residuality
 from .diagnostics.semantic import BANDS, BandCuts, in_batch_scores, record_scores
 from .embed import EmbeddingCache, text_key
-from .profiles import AuditProfile, apply_flags, flag_thresholds, profile_sources
+from .profiles import (
+    AuditProfile,
+    apply_flags,
+    catch_rate,
+    false_negative_rates,
+    flag_thresholds,
+    profile_sources,
+)
 from .records import Exclusion, LoadResult, Record
 from .text import Tokenizer
 
@@ -85,6 +92,16 @@ def audit(
     extra: dict[str, dict[str, Any]] = {}
     if encoder is not None and records:
         extra = _semantic(records, negatives, per_record, encoder, semantic, seed)
+    if loaded.false_negatives:
+        fn = false_negative_rates(
+            loaded.false_negatives,
+            sorted(set(per_record["source"]) | set(loaded.sources)),
+            seed=seed,
+            resamples=resamples,
+            confidence=confidence,
+        )
+        for name, values in fn.items():
+            extra.setdefault(name, {}).update(values)
     profile = profile_sources(
         per_record,
         loaded.exclusions,
@@ -98,7 +115,9 @@ def audit(
     thresholds = flag_thresholds(profile.rows, flags.mode, flags.fixed)
     rows = apply_flags(profile.rows, thresholds)
     descriptors = describe(records, loaded, encoder, semantic if encoder else None, idf_corpus, seed)
-    profile = dataclasses.replace(profile, rows=tuple(rows), thresholds=thresholds, descriptors=descriptors)
+    profile = dataclasses.replace(
+        profile, rows=tuple(rows), thresholds=thresholds, descriptors=descriptors, catch_rate=catch_rate(rows)
+    )
     return AuditResult(negatives, per_record, profile, tuple(loaded.exclusions))
 
 

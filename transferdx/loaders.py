@@ -475,24 +475,8 @@ def load_trec_dl(
     ``[0:k]``); each keeps its judgment (0, 1, or None when unjudged) and its rank. One record per
     judged query; a query left with no negatives is a counted exclusion.
     """
-    root = _require(root, "folder")
-    topic_text = read_topics(root / topics)
-    judgments = read_qrels(root / qrels)
-    run_dir = _require(root / "runs", "folder")
-    names = sorted(p.name for p in run_dir.iterdir() if (p / results_name).is_file())
-    if runs is not None:
-        missing = sorted(set(runs) - set(names))
-        if missing:
-            raise InputError(run_dir, None, "runs", f"unknown runs {missing}; available: {names}")
-        names = [n for n in names if n in set(runs)]
-    if not names:
-        raise InputError(run_dir, None, "runs", f"no run folders with {results_name}")
-    results = {name: read_retrieve_results(run_dir / name / results_name) for name in names}
-    texts: dict[str, str] = {}
-    for name in names:
-        for _query, hits in results[name].values():
-            for docid, _rank, content in hits:
-                texts.setdefault(docid, content)
+    topic_text, judgments, results, texts, run_dir = _trec_dl_parts(root, runs, topics, qrels, results_name)
+    names = sorted(results)
     window = parse_slice(slice_spec, k)
     result = LoadResult()
     judged = [q for q in sorted(judgments, key=_qid_key) if q in topic_text]
@@ -527,6 +511,10 @@ def load_trec_dl(
                 for docid, rank, content in hits
                 if grades.get(docid, -1) < relevant_grade
             ]
+            # the single-label situation: only p0 is known, so other relevant passages stay in
+            single = [d for d, _r, _c in hits if d != positives[0].id][window]
+            n_fn = sum(grades.get(d, -1) >= relevant_grade for d in single)
+            builder.result.false_negatives.setdefault(name, []).append((qid, n_fn, len(single)))
             builder.add(
                 None,
                 qid=qid,
@@ -552,6 +540,55 @@ def load_trec_dl(
     return result
 
 
+def _trec_dl_parts(
+    root: str | Path, runs: list[str] | None, topics: str, qrels: str, results_name: str
+) -> tuple[dict[str, str], dict[str, dict[str, int]], dict[str, Any], dict[str, str], Path]:
+    """Topics, qrels, every run's results, passage texts (first seen over runs), and the runs folder."""
+    root = _require(root, "folder")
+    topic_text = read_topics(root / topics)
+    judgments = read_qrels(root / qrels)
+    run_dir = _require(root / "runs", "folder")
+    names = sorted(p.name for p in run_dir.iterdir() if (p / results_name).is_file())
+    if runs is not None:
+        missing = sorted(set(runs) - set(names))
+        if missing:
+            raise InputError(run_dir, None, "runs", f"unknown runs {missing}; available: {names}")
+        names = [n for n in names if n in set(runs)]
+    if not names:
+        raise InputError(run_dir, None, "runs", f"no run folders with {results_name}")
+    results = {name: read_retrieve_results(run_dir / name / results_name) for name in names}
+    texts: dict[str, str] = {}
+    for name in names:
+        for _query, hits in results[name].values():
+            for docid, _rank, content in hits:
+                texts.setdefault(docid, content)
+    return topic_text, judgments, results, texts, run_dir
+
+
+def load_trec_dl_query_set(
+    root: str | Path,
+    relevant_grade: int = 2,
+    runs: list[str] | None = None,
+    topics: str = "topics.dl19-passage.txt",
+    qrels: str = "qrels.dl19-passage.txt",
+    results_name: str = "retrieve_results_dl19.json",
+) -> QuerySet:
+    """The TREC-DL layout as a query set for miners: judged queries, positives = judged ≥
+    ``relevant_grade`` with known text (grade desc, then id), pool = every passage in any run, and
+    the graded judgments (deep: a mined negative judged ≥ ``relevant_grade`` is a verified false
+    negative)."""
+    topic_text, judgments, _results, texts, _ = _trec_dl_parts(root, runs, topics, qrels, results_name)
+    queries, positives = {}, {}
+    for qid in sorted(judgments, key=_qid_key):
+        grades = judgments[qid]
+        rel = [p for p, g in grades.items() if g >= relevant_grade and p in texts]
+        rel.sort(key=lambda p: (-grades[p], p))
+        if qid in topic_text and rel:
+            queries[qid], positives[qid] = topic_text[qid], rel
+    pool = {pid: texts[pid] for pid in sorted(texts, key=_qid_key)}
+    return QuerySet(Path(root).name, queries, positives, pool, judgments, relevant_grade)
+
+
 def _qid_key(qid: str) -> tuple[int, int | str]:
     return (0, int(qid)) if qid.isdigit() else (1, qid)
 
@@ -563,12 +600,18 @@ def _qid_key(qid: str) -> tuple[int, int | str]:
 
 @dataclass(frozen=True)
 class QuerySet:
-    """Queries with their positives and a passage pool (no negatives): the input of miners."""
+    """Queries with their positives and a passage pool (no negatives): the input of miners.
+
+    ``judgments`` (qid → passage id → grade), when present, are deep relevance judgments: they let
+    a build measure how many mined negatives are in fact relevant (grade ≥ ``relevant_grade``).
+    """
 
     name: str
     queries: dict[str, str]
     positives: dict[str, list[str]]  # qid → positive passage ids, best first
     pool: dict[str, str]  # passage id → text
+    judgments: dict[str, dict[str, int]] | None = None
+    relevant_grade: int = 1
 
 
 def beir_passage_text(doc: dict[str, str]) -> str:

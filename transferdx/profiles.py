@@ -180,6 +180,7 @@ class AuditProfile:
     settings: Mapping[str, Any] = field(default_factory=dict)
     thresholds: Mapping[str, Any] = field(default_factory=dict)
     descriptors: Mapping[str, Any] = field(default_factory=dict)
+    catch_rate: Mapping[str, Any] = field(default_factory=dict)
 
     def to_frame(self) -> pd.DataFrame:
         frame = pd.DataFrame(list(self.rows))
@@ -194,6 +195,7 @@ class AuditProfile:
             "sources": [dict(r) for r in self.rows],
             "exclusions": dict(self.exclusions),
             "flag_thresholds": dict(self.thresholds),
+            "catch_rate": dict(self.catch_rate),
             "descriptors": dict(self.descriptors),
         }
 
@@ -327,6 +329,55 @@ def apply_flags(rows: Sequence[Mapping[str, Any]], thresholds: Mapping[str, Any]
                 op = ">" if rule.high else "<"
                 reasons.append(f"{rule.symbol} {v:.6g} {op} {t:.6g} ({source})")
         out.append({**row, "flags": ";".join(names), "flag_reasons": "; ".join(reasons)})
+    return out
+
+
+def catch_rate(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Which controls each flag rule catches, how many controls are flagged in all, and which
+    genuine sources are flagged (none under the envelope rule, by construction)."""
+    controls = [r for r in rows if r.get("kind") == "control"]
+    flagged = {r["source"]: set(filter(None, str(r.get("flags", "")).split(";"))) for r in rows}
+    return {
+        "n_controls": len(controls),
+        "n_controls_flagged": sum(bool(flagged[r["source"]]) for r in controls),
+        "by_flag": {
+            rule.name: [r["source"] for r in controls if rule.name in flagged[r["source"]]] for rule in FLAG_RULES
+        },
+        "controls_not_flagged": [r["source"] for r in controls if not flagged[r["source"]]],
+        "genuine_flagged": [r["source"] for r in rows if r.get("kind") == "genuine" and flagged[r["source"]]],
+    }
+
+
+def false_negative_rates(
+    counts: Mapping[str, Sequence[tuple[str, int, int]]],
+    sources: Sequence[str],
+    *,
+    seed: int = 0,
+    resamples: int = 1000,
+    confidence: float = 0.95,
+) -> dict[str, dict[str, Any]]:
+    """``false_negative_rate`` = Σ negatives judged relevant / Σ negatives over a source's records
+    (single-label variant), with a percentile bootstrap CI over records; ``not_measured`` where the
+    source has no judgments."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in sources:
+        rows = counts.get(name)
+        if not rows:
+            out[name] = {
+                "false_negative_rate": "not_measured",
+                "false_negative_rate_ci_low": "not_measured",
+                "false_negative_rate_ci_high": "not_measured",
+            }
+            continue
+        num = np.array([[r[1]] for r in rows], dtype=np.float64)
+        den = np.array([[r[2]] for r in rows], dtype=np.float64)
+        rng = np.random.default_rng([seed, _name_key(name), 0xF1])
+        low, high = bootstrap_ratios(num, den, rng, resamples, confidence)
+        out[name] = {
+            "false_negative_rate": float(num.sum() / den.sum()) if den.sum() else float("nan"),
+            "false_negative_rate_ci_low": float(low[0]),
+            "false_negative_rate_ci_high": float(high[0]),
+        }
     return out
 
 

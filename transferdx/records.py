@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -96,10 +97,15 @@ class LoadResult:
     exclusions: list[Exclusion] = field(default_factory=list)
     # source → how its negatives were made (input, mining method, pool, ranking rule, slice, ...)
     descriptors: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # source → [(qid, negatives judged relevant, negatives)] of the single-label variant (only p0
+    # known), where deep judgments exist: the measured false negatives
+    false_negatives: dict[str, list[tuple[str, int, int]]] = field(default_factory=dict)
 
     def extend(self, other: LoadResult) -> LoadResult:
         self.records.extend(other.records)
         self.exclusions.extend(other.exclusions)
+        for source, rows in other.false_negatives.items():
+            self.false_negatives.setdefault(source, []).extend(rows)
         for source, desc in other.descriptors.items():
             self.descriptors.setdefault(source, {}).update(desc)
         return self
@@ -355,7 +361,55 @@ def read_records(path: str | Path, on_error: str = "raise", source: str | None =
                 mining_method="as recorded in the file (negatives[].method)",
                 reference_positive="positives[0] as given",
             )
+    if path.is_dir():
+        _read_sidecars(path, result)
     return result
+
+
+SOURCE_NAME = re.compile(r"^[\w.+-]+$")
+SIDECARS = {"descriptors": "descriptors.json", "false_negatives": "false_negatives.json"}
+
+
+def write_source_folder(loaded: LoadResult, folder: str | Path) -> list[Path]:
+    """One ``<source>.jsonl`` per source plus ``descriptors.json`` and ``false_negatives.json``
+    sidecars, all inside ``folder``; ``read_records(folder)`` reads them back."""
+    from .artifacts import atomic_write_text, canonical_json, safe_join
+
+    folder = Path(folder)
+    written = []
+    for source in loaded.sources:
+        if not SOURCE_NAME.match(source):
+            raise ValueError(f"source name {source!r} cannot be a file name (letters, digits, . + - _ only)")
+        path = safe_join(folder, f"{source}.jsonl")
+        write_records([r for r in loaded.records if r.source == source], path)
+        written.append(path)
+    atomic_write_text(safe_join(folder, SIDECARS["descriptors"]), canonical_json(loaded.descriptors))
+    fn = {s: [list(row) for row in rows] for s, rows in loaded.false_negatives.items()}
+    atomic_write_text(safe_join(folder, SIDECARS["false_negatives"]), canonical_json(fn))
+    return written
+
+
+def _read_sidecars(folder: Path, result: LoadResult) -> None:
+    """Descriptors and false-negative counts written next to the records (plain JSON, validated)."""
+    path = folder / SIDECARS["descriptors"]
+    if path.is_file():
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+            raise InputError(path, None, "<root>", "expected an object {source: {descriptor}}")
+        for source, desc in data.items():
+            result.describe(source, **desc)
+    path = folder / SIDECARS["false_negatives"]
+    if path.is_file():
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise InputError(path, None, "<root>", "expected an object {source: [[qid, n_relevant, n]]}")
+        for source, rows in data.items():
+            ok = isinstance(rows, list) and all(
+                isinstance(r, list) and len(r) == 3 and isinstance(r[1], int) and isinstance(r[2], int) for r in rows
+            )
+            if not ok:
+                raise InputError(path, None, source, "expected a list of [qid, n_relevant, n_negatives]")
+            result.false_negatives[source] = [(str(q), a, b) for q, a, b in rows]
 
 
 def write_records(records: Iterable[Record], path: str | Path) -> None:

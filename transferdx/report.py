@@ -155,7 +155,10 @@ def render_report(result: AuditResult, settings: Mapping[str, Any]) -> str:
             "![band shares per source](bands.png)",
             "",
         ]
+    if "false_negative_rate" in frame:
+        parts += _false_negative_section(frame)
     parts += _flags_section(frame, profile.thresholds)
+    parts += _catch_rate_section(profile.catch_rate)
     parts += _descriptor_section(profile.descriptors)
     parts += ["## Exclusions", ""]
     excl = exclusions_frame(result.exclusions)
@@ -187,6 +190,45 @@ def _flags_section(frame: pd.DataFrame, thresholds: Mapping[str, Any]) -> list[s
         lines += [f"- **{r.source}** ({r.kind}): {r.flag_reasons}" for r in flagged.itertuples()]
     else:
         lines.append("No source is flagged.")
+    return [*lines, ""]
+
+
+def _false_negative_section(frame: pd.DataFrame) -> list[str]:
+    rows = []
+    for r in frame.itertuples():
+        rate = r.false_negative_rate
+        if isinstance(rate, float) and not math.isnan(rate):
+            cell = f"{rate:.3f} [{r.false_negative_rate_ci_low:.3f}, {r.false_negative_rate_ci_high:.3f}]"
+        else:
+            cell = "not_measured"
+        rows.append({"source": r.source, "kind": r.kind, "false_negative_rate": cell})
+    return [
+        "## Measured false negatives",
+        "",
+        "Share of a source's negatives that the deep judgments mark relevant when only the reference"
+        " positive p0 is known (the single-label situation of MS MARCO training), with its 95% bootstrap CI"
+        " over records; `not_measured` where there are no judgments or the negatives are not pool passages.",
+        "",
+        _markdown_table(pd.DataFrame(rows)),
+        "",
+    ]
+
+
+def _catch_rate_section(catch: Mapping[str, Any]) -> list[str]:
+    if not catch.get("n_controls"):
+        return []
+    lines = [
+        "## Control catch-rate",
+        "",
+        f"**{catch['n_controls_flagged']} of {catch['n_controls']} controls flagged**; genuine sources flagged: "
+        f"{', '.join(catch['genuine_flagged']) or 'none'}.",
+        "",
+        "| flag | controls caught |",
+        "|---|---|",
+    ]
+    lines += [f"| `{rule}` | {', '.join(caught) or '—'} |" for rule, caught in catch["by_flag"].items()]
+    if catch["controls_not_flagged"]:
+        lines += ["", f"Not caught by any flag: {', '.join(catch['controls_not_flagged'])}."]
     return [*lines, ""]
 
 
