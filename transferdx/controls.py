@@ -45,6 +45,17 @@ def _describe(result: LoadResult, source: str, ctx: BuildContext, method: str, p
     return result
 
 
+def _add(
+    builder: RecordBuilder,
+    source: str,
+    qid: str,
+    query: str,
+    positives: Sequence[Passage],
+    negatives: Sequence[Passage],
+) -> None:
+    builder.add(None, qid=qid, query=query, positives=positives, negatives=negatives, source=source, kind="control")
+
+
 def _pool_passage(ctx: BuildContext, qid: str, pid: str, method: str, relation: str | None = None) -> Passage:
     from .sources import judged
 
@@ -92,15 +103,7 @@ def easy_shuffled(
                 )
                 continue
             negatives.append(Passage(n.id, n.text, "shuffled", "borrowed", judgment=_judgment(ctx, rec.qid, n.id)))
-        builder.add(
-            None,
-            qid=rec.qid,
-            query=rec.query,
-            positives=rec.positives,
-            negatives=negatives,
-            source=source,
-            kind="control",
-        )
+        _add(builder, source, rec.qid, rec.query, rec.positives, negatives)
     return _describe(builder.result, source, ctx, "negatives of another record (derangement)", parent_name)
 
 
@@ -129,14 +132,13 @@ def random_passages(
             pid = pool_ids[int(rng.integers(len(pool_ids)))]
             if pid not in exclude and pid not in picks:
                 picks.append(pid)
-        builder.add(
-            None,
-            qid=qid,
-            query=ctx.query_set.queries[qid],
-            positives=positive_passages(ctx.query_set, qid, known),
-            negatives=[_pool_passage(ctx, qid, p, "random") for p in picks],
-            source=source,
-            kind="control",
+        _add(
+            builder,
+            source,
+            qid,
+            ctx.query_set.queries[qid],
+            positive_passages(ctx.query_set, qid, known),
+            [_pool_passage(ctx, qid, p, "random") for p in picks],
         )
     return _describe(builder.result, source, ctx, "uniform random pool passages", None, slice=f"[0:{ctx.k}]")
 
@@ -168,16 +170,35 @@ def neighbor_positive(
                 picks.append(pid)
             if len(picks) == ctx.k:
                 break
-        builder.add(
-            None,
-            qid=qid,
-            query=qs.queries[qid],
-            positives=positive_passages(qs, qid, known),
-            negatives=[_pool_passage(ctx, qid, p, "neighbor_positive") for p in picks],
-            source=source,
-            kind="control",
+        _add(
+            builder,
+            source,
+            qid,
+            qs.queries[qid],
+            positive_passages(qs, qid, known),
+            [_pool_passage(ctx, qid, p, "neighbor_positive") for p in picks],
         )
     return _describe(builder.result, source, ctx, "p0 of the K nearest other queries (frozen encoder)", None)
+
+
+def _mix(
+    ctx: BuildContext,
+    parent: Sequence[Record],
+    source: str,
+    share: float,
+    rng: np.random.Generator,
+    replace: Callable[[Record, set[str]], Passage],
+) -> LoadResult:
+    """Copy each parent record with round(share · K) seeded slots filled by ``replace(record, taken)``."""
+    builder = RecordBuilder(f"<{source}>", "skip")
+    for rec in parent:
+        negatives = list(rec.negatives)
+        taken: set[str] = set()
+        for slot in sorted(rng.permutation(len(negatives))[: _slots(share, len(negatives))]):
+            negatives[slot] = replace(rec, taken)
+            taken.add(negatives[slot].id)
+        _add(builder, source, rec.qid, rec.query, rec.positives, negatives)
+    return builder.result
 
 
 def own_positive_mix(
@@ -188,23 +209,12 @@ def own_positive_mix(
     parent_name: str | None = None,
     share: float = 0.5,
 ) -> LoadResult:
-    rng = np.random.default_rng([ctx.seed, 0x0B])
-    builder = RecordBuilder(f"<{source}>", "skip")
-    for rec in parent:
-        negatives = list(rec.negatives)
+    def own(rec: Record, taken: set[str]) -> Passage:
         p0 = rec.positives[0]
-        for slot in sorted(rng.permutation(len(negatives))[: _slots(share, len(negatives))]):
-            negatives[slot] = Passage(p0.id, p0.text, "own_positive", OWN_POSITIVE_RELATION, judgment=p0.judgment)
-        builder.add(
-            None,
-            qid=rec.qid,
-            query=rec.query,
-            positives=rec.positives,
-            negatives=negatives,
-            source=source,
-            kind="control",
-        )
-    return _describe(builder.result, source, ctx, f"{share:.0%} of slots replaced by the own positive", parent_name)
+        return Passage(p0.id, p0.text, "own_positive", OWN_POSITIVE_RELATION, judgment=p0.judgment)
+
+    result = _mix(ctx, parent, source, share, np.random.default_rng([ctx.seed, 0x0B]), own)
+    return _describe(result, source, ctx, f"{share:.0%} of slots replaced by the own positive", parent_name)
 
 
 def random_mix(
@@ -219,29 +229,17 @@ def random_mix(
 
     rng = np.random.default_rng([ctx.seed, 0x3D, round(share * 100)])
     pool_ids = sorted(ctx.query_set.pool)
-    builder = RecordBuilder(f"<{source}>", "skip")
-    for rec in parent:
+
+    def draw(rec: Record, taken: set[str]) -> Passage:
         exclude = known_positives(ctx.query_set, rec.qid, known) | {n.id for n in rec.negatives}
-        exclude |= {p.id for p in rec.positives}
-        negatives = list(rec.negatives)
-        taken: set[str] = set()
-        for slot in sorted(rng.permutation(len(negatives))[: _slots(share, len(negatives))]):
-            while True:
-                pid = pool_ids[int(rng.integers(len(pool_ids)))]
-                if pid not in exclude and pid not in taken:
-                    break
-            taken.add(pid)
-            negatives[slot] = _pool_passage(ctx, rec.qid, pid, "random", "random_mix")
-        builder.add(
-            None,
-            qid=rec.qid,
-            query=rec.query,
-            positives=rec.positives,
-            negatives=negatives,
-            source=source,
-            kind="control",
-        )
-    return _describe(builder.result, source, ctx, f"{share:.0%} of slots replaced by random pool passages", parent_name)
+        exclude |= {p.id for p in rec.positives} | taken
+        while True:
+            pid = pool_ids[int(rng.integers(len(pool_ids)))]
+            if pid not in exclude:
+                return _pool_passage(ctx, rec.qid, pid, "random", "random_mix")
+
+    result = _mix(ctx, parent, source, share, rng, draw)
+    return _describe(result, source, ctx, f"{share:.0%} of slots replaced by random pool passages", parent_name)
 
 
 CONTROLS: dict[str, Callable[..., LoadResult]] = {

@@ -187,34 +187,35 @@ def records_from_ranking(
     return builder.result
 
 
-def mine_bm25(ctx: BuildContext, source: str = "bm25", known: str = "all") -> LoadResult:
-    """BM25 negatives (bm25s; variant, k1, b, stopwords and stemmer recorded in the descriptor)."""
-    result = records_from_ranking(ctx, ranking(ctx, "bm25"), source, "bm25", known)
-    opts = {"method": "lucene", "k1": 1.5, "b": 0.75, "stopwords": "en", "stemmer": None, **ctx.bm25}
+def _mined(ctx: BuildContext, ranker: str, source: str, known: str, method: str, rule: str) -> LoadResult:
+    """Records from a memoised ranking, with the descriptor every ranking miner shares."""
+    result = records_from_ranking(ctx, ranking(ctx, ranker), source, ranker, known)
     result.describe(
         source,
-        mining_method="bm25 (bm25s {method}, k1={k1}, b={b}, stopwords={stopwords}, stemmer={stemmer}, "
-        "bm25s default tokenizer)".format(**opts),
+        mining_method=method,
         candidate_pool=f"{ctx.query_set.name} passage pool ({len(ctx.query_set.pool)} passages)",
-        ranking_rule="BM25 score desc (ties: pool order), score > 0, every known positive removed",
+        ranking_rule=f"{rule}, every known positive removed",
         slice=slice_text(ctx.window),
         reference_positive="first listed positive",
     )
     return result
+
+
+def mine_bm25(ctx: BuildContext, source: str = "bm25", known: str = "all") -> LoadResult:
+    """BM25 negatives (bm25s; variant, k1, b, stopwords and stemmer recorded in the descriptor)."""
+    opts = {"method": "lucene", "k1": 1.5, "b": 0.75, "stopwords": "en", "stemmer": None, **ctx.bm25}
+    method = (
+        "bm25 (bm25s {method}, k1={k1}, b={b}, stopwords={stopwords}, stemmer={stemmer}, "
+        "bm25s default tokenizer)".format(**opts)
+    )
+    rule = "BM25 score desc (ties: pool order), score > 0"
+    return _mined(ctx, "bm25", source, known, method, rule)
 
 
 def mine_dense(ctx: BuildContext, source: str = "dense", known: str = "all") -> LoadResult:
     """Frozen-encoder nearest passages (cosine, chunked top-k)."""
-    result = records_from_ranking(ctx, ranking(ctx, "dense"), source, "dense", known)
-    result.describe(
-        source,
-        mining_method=f"dense ({ctx.encoder.spec.name}, cosine, exact chunked top-k)",
-        candidate_pool=f"{ctx.query_set.name} passage pool ({len(ctx.query_set.pool)} passages)",
-        ranking_rule="cosine desc (ties: pool order), every known positive removed",
-        slice=slice_text(ctx.window),
-        reference_positive="first listed positive",
-    )
-    return result
+    method = f"dense ({ctx.encoder.spec.name}, cosine, exact chunked top-k)"
+    return _mined(ctx, "dense", source, known, method, "cosine desc (ties: pool order)")
 
 
 def mine_perturb(ctx: BuildContext, source: str = "perturb", known: str = "all") -> LoadResult:
