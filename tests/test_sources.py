@@ -233,3 +233,10 @@ def test_dl19_false_negatives_measured(data):
         row.loc["bm25", "false_negative_rate_ci_low"] <= rate("bm25") <= row.loc["bm25", "false_negative_rate_ci_high"]
     )
     assert re.match(r"^\d+$", fn["bm25"][0][0])
+
+
+def test_topk_chunked_all_ties_prefers_low_indices():
+    q = np.ones((3, 2), dtype=np.float32)
+    p = np.ones((50, 2), dtype=np.float32)
+    idx, val = topk_chunked(q, p, 7, q_chunk=2, p_chunk=16)
+    assert idx.tolist() == [list(range(7))] * 3 and np.all(val == 2.0)
