@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from .artifacts import atomic_write_text, safe_join
+from .artifacts import atomic_write_text, canonical_json, safe_join
 from .audit import SemanticSettings
 from .composite import CompositeSettings
 from .controls import CONTROLS
@@ -235,6 +235,161 @@ def run_build(cfg: DictConfig) -> Path:
     return out
 
 
+def source_records(cfg: DictConfig, encoder: EmbeddingCache | None, source: str) -> LoadResult:
+    """The records of one source: from ``input`` (a records file/folder) or built from ``data``."""
+    if cfg.get("input"):
+        loaded = read_records(cfg.input, cfg.on_error)
+    else:
+        one = OmegaConf.merge(cfg, {"sources": [source], "controls": []})
+        loaded = build_inputs(one, encoder)  # type: ignore[arg-type]
+    records = [r for r in loaded.records if r.source == source]
+    if not records:
+        raise ValueError(f"source {source!r} has no records (available: {loaded.sources})")
+    return LoadResult(records, [e for e in loaded.exclusions if e.source == source])
+
+
+def _spec(cfg: DictConfig) -> EncoderSpec:
+    return EncoderSpec.from_config(OmegaConf.to_container(cfg.backbone, resolve=True))  # type: ignore[arg-type]
+
+
+def train_one(cfg: DictConfig, source: str, records: list, progress: bool = True):
+    """Train (or skip when already trained) one (backbone, source, seed) into the artifact store."""
+    from .embed import resolve_model
+    from .training import TrainSettings, run_key, train
+
+    spec = _spec(cfg)
+    settings = TrainSettings.from_config(OmegaConf.to_container(cfg.training, resolve=True))  # type: ignore[arg-type]
+    cache = Path(str(cfg.paths.cache_dir))
+    _, revision = resolve_model(spec, cache)
+    key = run_key(spec, revision, records, settings, int(cfg.seed))
+    folder = safe_join(Path(str(cfg.paths.artifact_dir)), f"models/{spec.name}/{source}/seed{int(cfg.seed)}-{key}")
+    return train(records, spec, settings, folder, seed=int(cfg.seed), cache_dir=cache, source=source, progress=progress)
+
+
+def run_train(cfg: DictConfig) -> Path:
+    """``transferdx-train``: one retriever for ``source`` with ``backbone``."""
+    started = time.perf_counter()
+    encoder = EmbeddingCache(_spec(cfg), Path(str(cfg.paths.cache_dir))) if needs_encoder(cfg) else None
+    loaded = source_records(cfg, encoder, str(cfg.source))
+    result = train_one(cfg, str(cfg.source), loaded.records)
+    out = Path(cfg.output_dir)
+    summary = {
+        "backbone": cfg.backbone.name,
+        "source": cfg.source,
+        "seed": int(cfg.seed),
+        "model_dir": str(result.model_dir.resolve()),
+        "skipped_already_trained": result.skipped,
+        "n_examples": result.n_examples,
+        "n_left_out": result.n_left_out,
+    }
+    atomic_write_text(safe_join(out, "train.json"), canonical_json(summary))
+    verb = "already trained" if result.skipped else "trained"
+    print(
+        f"{verb}: {result.model_dir}  ({result.n_examples} examples, {result.n_left_out} records with too few"
+        f" negatives left out; {time.perf_counter() - started:.1f}s)"
+    )
+    return out
+
+
+def _datasets(cfg: DictConfig):
+    from .evaluation import load_beir_split
+
+    bench = cfg.benchmark
+    for entry in bench.datasets:
+        path = Path(str(entry.path))
+        if not path.is_dir() and bench.get("download"):
+            from beir import util
+
+            util.download_and_unzip(str(bench.download_url).format(name=entry.name), str(path.parent))
+        yield load_beir_split(path, str(entry.split), bench.get("max_queries"), int(cfg.seed))
+
+
+def evaluate_model(cfg: DictConfig, spec: EncoderSpec, out: Path) -> list[dict[str, Any]]:
+    """Evaluate one encoder on every benchmark dataset; writes metrics.json, per_query.csv, run.trec."""
+    from .evaluation import evaluate
+
+    encoder = EmbeddingCache(spec, Path(str(cfg.paths.cache_dir)))
+    rows = []
+    for data in _datasets(cfg):
+        result = evaluate(encoder, data, tuple(cfg.benchmark.k_values))
+        folder = safe_join(out, data.name)
+        metrics = result.to_dict()
+        atomic_write_text(folder / "metrics.json", canonical_json(metrics))
+        atomic_write_text(folder / "per_query.csv", result.per_query.to_csv(index=False, lineterminator="\n"))
+        atomic_write_text(folder / "run.trec", result.trec_run(spec.name))
+        rows.append(
+            {
+                "dataset": data.name,
+                "n_queries": metrics["n_queries"],
+                **{k: metrics[k] for k in ("ndcg@10", "recall@100", "map@100") if k in metrics},
+            }
+        )
+    return rows
+
+
+def run_evaluate(cfg: DictConfig) -> Path:
+    """``transferdx-evaluate``: a checkpoint (``model=PATH``) or the frozen backbone on the benchmark."""
+    from .training import checkpoint_spec
+
+    started = time.perf_counter()
+    spec = checkpoint_spec(cfg.model, Path(str(cfg.model)).parent.name) if cfg.get("model") else _spec(cfg)
+    out = Path(cfg.output_dir)
+    rows = evaluate_model(cfg, spec, out)
+    print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    print(f"{time.perf_counter() - started:.1f}s; metrics: {out.resolve()}/<dataset>/metrics.json")
+    return out
+
+
+def run_study(cfg: DictConfig) -> Path:
+    """``transferdx-study``: build sources, audit them, train one retriever per source, evaluate."""
+    from .audit import FlagSettings, audit
+    from .report import write_audit
+    from .training import checkpoint_spec
+
+    started = time.perf_counter()
+    out = Path(cfg.output_dir)
+    encoder = build_encoder(cfg)
+    loaded = load_inputs(cfg, encoder)
+    tokenizer = get_tokenizer(cfg.tokenizer.name)
+    settings = {"data": cfg.data.name, "backbone": cfg.backbone.name, "sources": list(cfg.sources)}
+    result = audit(
+        loaded,
+        tokenizer,
+        encoder=encoder if cfg.diagnostics.semantic else None,
+        semantic=semantic_settings(cfg),
+        idf_corpus=cfg.idf.name,
+        seed=int(cfg.seed),
+        resamples=int(cfg.bootstrap.resamples),
+        confidence=float(cfg.bootstrap.confidence),
+        flags=FlagSettings(cfg.flags.mode, dict(cfg.flags.fixed)),
+        settings=settings,
+    )
+    write_audit(result, safe_join(out, "audit"), settings)
+    profile = result.profile.to_frame().set_index("source")
+    rows = []
+    if cfg.get("evaluate_frozen"):
+        for row in evaluate_model(cfg, _spec(cfg), safe_join(out, "evaluate/frozen")):
+            rows.append({"backbone": cfg.backbone.name, "source": "(frozen)", **row})
+    for source in cfg.sources:
+        records = [r for r in loaded.records if r.source == source]
+        trained = train_one(cfg, source, records, progress=False)
+        spec = checkpoint_spec(trained.model_dir, f"{cfg.backbone.name}-{source}")
+        for row in evaluate_model(cfg, spec, safe_join(out, f"evaluate/{source}")):
+            diag = {
+                c: profile.loc[source, c]
+                for c in ("psi_mean", "rho_mean", "eta_mean", "inversion_rate")
+                if c in profile.columns
+            }
+            rows.append(
+                {"backbone": cfg.backbone.name, "source": source, **diag, **row, "model_dir": str(trained.model_dir)}
+            )
+    table = pd.DataFrame(rows)
+    atomic_write_text(safe_join(out, "study.csv"), table.to_csv(index=False, lineterminator="\n"))
+    print(table.drop(columns=["model_dir"], errors="ignore").to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    print(f"{time.perf_counter() - started:.1f}s; study table: {out.resolve()}/study.csv")
+    return out
+
+
 def _hydra_entry(config_name: str, run: Callable[[DictConfig], Path]) -> None:
     import hydra
 
@@ -249,6 +404,21 @@ def _hydra_entry(config_name: str, run: Callable[[DictConfig], Path]) -> None:
             sys.exit(2)
 
     _main()
+
+
+def train_main() -> None:
+    """``transferdx-train``: train one retriever per (backbone, source, seed)."""
+    _hydra_entry("train", run_train)
+
+
+def evaluate_main() -> None:
+    """``transferdx-evaluate``: BEIR evaluation with per-query metrics."""
+    _hydra_entry("evaluate", run_evaluate)
+
+
+def study_main() -> None:
+    """``transferdx-study``: sources → audit → train → evaluate."""
+    _hydra_entry("study", run_study)
 
 
 def build_main() -> None:

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from .artifacts import atomic_write_bytes, atomic_write_text, canonical_json, content_hash
+from .artifacts import atomic_write_bytes, atomic_write_text, canonical_json, content_hash, file_hash
 
 ROLES = ("query", "passage")
 
@@ -144,7 +144,11 @@ def _path_model(spec: EncoderSpec, cache_dir: Path) -> tuple[str, str]:
     path = Path(spec.model)
     if not path.is_dir():
         raise FileNotFoundError(f"encoder {spec.name!r}: model folder {path} does not exist")
-    return str(path), spec.revision or "local:" + content_hash(sorted(p.name for p in path.iterdir()))[:12]
+    if spec.revision:
+        return str(path), spec.revision
+    files = sorted(p for p in path.rglob("*") if p.is_file())
+    digest = content_hash([(str(p.relative_to(path)), file_hash(p)) for p in files])
+    return str(path), "local:" + digest[:16]
 
 
 MODEL_SOURCES: dict[str, Callable[[EncoderSpec, Path], tuple[str, str]]] = {

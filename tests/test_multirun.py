@@ -1,0 +1,113 @@
+"""Hydra multirun over backbones: the joblib launcher (local parallel runs) and submitit's local
+executor (the cluster launcher's code path), with finished runs skipped on a re-run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO
+from .tiny import tiny_model
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def tiny_conf(tmp_path_factory):
+    """A config folder added to Hydra's search path with two tiny local backbones."""
+    root = tmp_path_factory.mktemp("tiny")
+    conf = root / "conf" / "backbone"
+    conf.mkdir(parents=True)
+    for name, seed in (("tiny_a", 0), ("tiny_b", 1)):
+        model = tiny_model(root / name, seed=seed)
+        (conf / f"{name}.yaml").write_text(f"name: {name}\nmodel: {model}\nsource: path\nbatch_size: 8\n")
+    return root
+
+
+def train_cli(tiny_conf: Path, tmp: Path, *extra: str) -> subprocess.CompletedProcess:
+    script = Path(sys.executable).with_name("transferdx-train")
+    args = [
+        str(script),
+        "-m",
+        "backbone=tiny_a,tiny_b",
+        "source=bm25",
+        "data=demo_pool",
+        f"hydra.searchpath=[file://{tiny_conf / 'conf'}]",
+        f"paths.artifact_dir={tmp / 'artifacts'}",
+        f"paths.cache_dir={tmp / 'cache'}",
+        f"hydra.sweep.dir={tmp / 'sweep'}",
+        "training.max_steps=4",
+        "training.batch_size=8",
+        "training.max_seq_length=16",
+        "training.logging_steps=2",
+        *extra,
+    ]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, env=env, timeout=900)
+    if proc.returncode != 0:
+        raise AssertionError(f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def summaries(tmp: Path) -> dict[str, dict]:
+    return {
+        json.loads(p.read_text())["backbone"]: json.loads(p.read_text()) for p in (tmp / "sweep").rglob("train.json")
+    }
+
+
+def test_joblib_two_backbones_then_resume(tiny_conf, tmp_path):
+    train_cli(tiny_conf, tmp_path, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2")
+    first = summaries(tmp_path)
+    assert set(first) == {"tiny_a", "tiny_b"} and not any(s["skipped_already_trained"] for s in first.values())
+    assert all(Path(s["model_dir"], ".complete").is_file() for s in first.values())
+    assert first["tiny_a"]["model_dir"] != first["tiny_b"]["model_dir"]
+    train_cli(tiny_conf, tmp_path, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2")
+    assert all(s["skipped_already_trained"] for s in summaries(tmp_path).values())
+
+
+def test_submitit_local_launcher(tiny_conf, tmp_path):
+    train_cli(
+        tiny_conf,
+        tmp_path,
+        "hydra/launcher=submitit_local",
+        "hydra.launcher.timeout_min=10",
+        "hydra.launcher.cpus_per_task=1",
+    )
+    assert set(summaries(tmp_path)) == {"tiny_a", "tiny_b"}
+
+
+def test_study_end_to_end_with_tiny_backbone(tiny_conf, tmp_path, data):
+    script = Path(sys.executable).with_name("transferdx-study")
+    out = tmp_path / "study"
+    args = [
+        str(script),
+        "+experiment=small_study",
+        "backbone=tiny_a",
+        "sources=[bm25,perturb]",
+        f"hydra.searchpath=[file://{tiny_conf / 'conf'}]",
+        f"paths.data_dir={data}",
+        f"paths.artifact_dir={tmp_path / 'artifacts'}",
+        f"paths.cache_dir={tmp_path / 'cache'}",
+        f"output_dir={out}",
+        "training.max_steps=4",
+        "training.batch_size=8",
+        "training.max_seq_length=16",
+        "benchmark.max_queries=20",
+        "bootstrap.resamples=100",
+    ]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    import pandas as pd
+
+    table = pd.read_csv(out / "study.csv")
+    assert list(table["source"]) == ["(frozen)", "bm25", "perturb"]
+    assert table["ndcg@10"].between(0, 1).all() and (table["n_queries"] == 20).all()
+    assert table.loc[table["source"] == "bm25", "psi_mean"].notna().all()
+    assert (out / "audit" / "profile.json").is_file()
+    assert (out / "evaluate" / "bm25" / "scifact" / "per_query.csv").is_file()

@@ -1,0 +1,128 @@
+"""BEIR evaluation with per-query metrics (DESIGN §5).
+
+Follows beir's conventions: corpus text = (title + " " + text).strip(); exact dense search by
+cosine similarity; a retrieved document whose id equals the query id is dropped
+(``ignore_identical_ids``); metrics from pytrec_eval with beir's measure strings
+(``ndcg_cut``, ``recall``, ``map_cut``). Aggregates are plain means over the evaluated queries;
+beir prints the same means rounded to 5 decimals (kept alongside as ``beir``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .sources import topk_chunked
+
+METRICS = {"ndcg": "ndcg_cut", "recall": "recall", "map": "map_cut"}
+
+
+@dataclass(frozen=True)
+class BeirData:
+    name: str
+    corpus: dict[str, str]  # id → title + " " + text, stripped
+    queries: dict[str, str]
+    qrels: dict[str, dict[str, int]]
+
+
+def load_beir_split(folder: str | Path, split: str = "test", max_queries: int | None = None, seed: int = 0) -> BeirData:
+    """A BEIR folder through beir's ``GenericDataLoader``; optionally a seeded subset of queries."""
+    from beir.datasets.data_loader import GenericDataLoader
+
+    from .loaders import _require
+
+    folder = _require(folder, "folder")
+    corpus, queries, qrels = GenericDataLoader(data_folder=str(folder)).load(split=split)
+    texts = {pid: (doc.get("title", "") + " " + doc.get("text", "")).strip() for pid, doc in corpus.items()}
+    qids = sorted(q for q in queries if q in qrels)
+    if max_queries is not None and max_queries < len(qids):
+        picks = np.random.default_rng(seed).choice(len(qids), size=max_queries, replace=False)
+        qids = [qids[i] for i in sorted(picks)]
+    return BeirData(folder.name, texts, {q: queries[q] for q in qids}, {q: qrels[q] for q in qids})
+
+
+def dense_search(
+    query_vectors: np.ndarray, corpus_vectors: np.ndarray, qids: Sequence[str], pids: Sequence[str], top_k: int
+) -> dict[str, dict[str, float]]:
+    """Exact top-``top_k`` by inner product (cosine on unit vectors), skipping pid == qid as beir does."""
+    idx, val = topk_chunked(query_vectors, corpus_vectors, top_k + 1)
+    results: dict[str, dict[str, float]] = {}
+    for row, qid in enumerate(qids):
+        hits: dict[str, float] = {}
+        for j, score in zip(idx[row], val[row], strict=True):
+            pid = pids[j]
+            if pid != qid and len(hits) < top_k:
+                hits[pid] = float(score)
+        results[qid] = hits
+    return results
+
+
+def per_query_metrics(
+    qrels: Mapping[str, Mapping[str, int]], results: Mapping[str, Mapping[str, float]], k_values: Sequence[int]
+) -> pd.DataFrame:
+    """pytrec_eval per query: columns ``ndcg@k``, ``recall@k``, ``map@k`` for each k."""
+    import pytrec_eval
+
+    cleaned = {q: {p: s for p, s in hits.items() if p != q} for q, hits in results.items()}
+    measures = {f"{m}." + ",".join(str(k) for k in k_values) for m in METRICS.values()}
+    scores = pytrec_eval.RelevanceEvaluator({q: dict(v) for q, v in qrels.items()}, measures).evaluate(cleaned)
+    rows = []
+    for qid in sorted(scores):
+        row: dict[str, Any] = {"qid": qid}
+        for name, measure in METRICS.items():
+            for k in k_values:
+                row[f"{name}@{k}"] = scores[qid][f"{measure}_{k}"]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Aggregated and per-query metrics of one model on one dataset, and its run."""
+
+    dataset: str
+    model: Mapping[str, Any]
+    per_query: pd.DataFrame
+    run: Mapping[str, Mapping[str, float]]
+    k_values: tuple[int, ...] = (10, 100)
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def aggregate(self) -> dict[str, float]:
+        cols = [c for c in self.per_query.columns if c != "qid"]
+        return {c: float(self.per_query[c].mean()) for c in cols}
+
+    def to_dict(self) -> dict[str, Any]:
+        agg = self.aggregate()
+        return {
+            "dataset": self.dataset,
+            "model": dict(self.model),
+            "n_queries": len(self.per_query),
+            **agg,
+            "beir": {k: round(v, 5) for k, v in agg.items()},
+            **dict(self.extra),
+        }
+
+    def trec_run(self, tag: str = "transferdx") -> str:
+        lines = []
+        for qid in sorted(self.run):
+            ranked = sorted(self.run[qid].items(), key=lambda kv: (-kv[1], kv[0]))
+            lines += [f"{qid} Q0 {pid} {rank} {score:.6f} {tag}" for rank, (pid, score) in enumerate(ranked, 1)]
+        return "\n".join(lines) + "\n"
+
+
+def evaluate(encoder: Any, data: BeirData, k_values: Sequence[int] = (10, 100), top_k: int | None = None) -> Evaluation:
+    """Embed corpus and queries through ``encoder`` (an :class:`~transferdx.embed.EmbeddingCache`,
+    so a frozen model's corpus is encoded once), search exactly, and score every query."""
+    top_k = top_k or max(k_values)
+    pids = list(data.corpus)
+    qids = list(data.queries)
+    corpus_vectors = encoder.embed([data.corpus[p] for p in pids], "passage")
+    query_vectors = encoder.embed([data.queries[q] for q in qids], "query")
+    run = dense_search(query_vectors, corpus_vectors, qids, pids, top_k)
+    per_query = per_query_metrics(data.qrels, run, k_values)
+    return Evaluation(data.name, encoder.scorer(), per_query, run, tuple(k_values))
