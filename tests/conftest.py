@@ -12,6 +12,29 @@ from transferdx.records import Passage, Record
 REPO = Path(__file__).resolve().parents[1]
 
 
+def run_cli(name: str, *overrides: str, check: bool = True, timeout: int = 900, **env: str):
+    """Run an installed console script (``transferdx-<name>``) offline, from the repository root."""
+    import subprocess
+    import sys
+
+    script = Path(sys.executable).with_name(f"transferdx-{name}")
+    if script.exists():
+        command = [str(script)]
+    else:
+        command = [sys.executable, "-c", f"from transferdx.cli import {name}_main; {name}_main()"]
+    proc = subprocess.run(
+        [*command, *overrides],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", **env},
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    return proc
+
+
 def data_dir() -> Path:
     return Path(os.environ.get("TRANSFERDX_DATA_DIR", REPO.parent / "shared" / "data")).resolve()
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -15,7 +13,7 @@ import pytest
 from transferdx.cli import config_dir
 from transferdx.profiles import PROFILE_COLUMNS
 
-from .conftest import REPO
+from .conftest import run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -23,14 +21,8 @@ pytestmark = pytest.mark.slow
 CACHE = Path(tempfile.mkdtemp(prefix="transferdx-test-cache-"))  # shared by this module's runs
 
 
-def run_audit(*overrides: str, cwd: Path = REPO, check: bool = True) -> subprocess.CompletedProcess:
-    script = Path(sys.executable).with_name("transferdx-audit")
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "transferdx.cli"]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFERDX_CACHE_DIR": str(CACHE)}
-    proc = subprocess.run([*command, *overrides], cwd=cwd, capture_output=True, text=True, env=env, timeout=600)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
-    return proc
+def run_audit(*overrides: str, check: bool = True) -> subprocess.CompletedProcess:
+    return run_cli("audit", *overrides, check=check, TRANSFERDX_CACHE_DIR=str(CACHE))
 
 
 def read_profile(out: Path) -> list[dict]:
@@ -144,17 +136,7 @@ def test_config_dir_found():
 
 
 def run_build(*overrides: str) -> subprocess.CompletedProcess:
-    script = Path(sys.executable).with_name("transferdx-build")
-    command = (
-        [str(script)]
-        if script.exists()
-        else [sys.executable, "-c", "from transferdx.cli import build_main; build_main()"]
-    )
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFERDX_CACHE_DIR": str(CACHE)}
-    proc = subprocess.run([*command, *overrides], cwd=REPO, capture_output=True, text=True, env=env, timeout=600)
-    if proc.returncode != 0:
-        raise AssertionError(f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
-    return proc
+    return run_cli("build", *overrides, TRANSFERDX_CACHE_DIR=str(CACHE))
 
 
 def test_build_then_audit_the_folder(tmp_path):

@@ -4,14 +4,13 @@ executor (the cluster launcher's code path), with finished runs skipped on a re-
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
-from .conftest import REPO
+from .conftest import run_cli
 from .tiny import tiny_model
 
 pytestmark = pytest.mark.slow
@@ -30,9 +29,7 @@ def tiny_conf(tmp_path_factory):
 
 
 def train_cli(tiny_conf: Path, tmp: Path, *extra: str) -> subprocess.CompletedProcess:
-    script = Path(sys.executable).with_name("transferdx-train")
     args = [
-        str(script),
         "-m",
         "backbone=tiny_a,tiny_b",
         "source=bm25",
@@ -47,11 +44,7 @@ def train_cli(tiny_conf: Path, tmp: Path, *extra: str) -> subprocess.CompletedPr
         "training.logging_steps=2",
         *extra,
     ]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, env=env, timeout=900)
-    if proc.returncode != 0:
-        raise AssertionError(f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
-    return proc
+    return run_cli("train", *args)
 
 
 def summaries(tmp: Path) -> dict[str, dict]:
@@ -82,10 +75,8 @@ def test_submitit_local_launcher(tiny_conf, tmp_path):
 
 
 def test_study_end_to_end_with_tiny_backbone(tiny_conf, tmp_path, data):
-    script = Path(sys.executable).with_name("transferdx-study")
     out = tmp_path / "study"
     args = [
-        str(script),
         "+experiment=small_study",
         "backbone=tiny_a",
         "sources=[bm25,perturb]",
@@ -100,10 +91,7 @@ def test_study_end_to_end_with_tiny_backbone(tiny_conf, tmp_path, data):
         "benchmark.max_queries=20",
         "bootstrap.resamples=100",
     ]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, env=env, timeout=900)
-    assert proc.returncode == 0, proc.stderr
-    import pandas as pd
+    run_cli("study", *args)
 
     table = pd.read_csv(out / "study.csv")
     assert list(table["source"]) == ["(frozen)", "bm25", "perturb"]

@@ -130,6 +130,11 @@ def external_texts(cfg: DictConfig) -> list[str] | None:
     return EXTERNAL_CORPORA[fmt](str(cfg.idf.path))
 
 
+def make_tokenizer(cfg: DictConfig) -> Any:
+    options = {k: v for k, v in OmegaConf.to_container(cfg.tokenizer).items() if k != "name"}  # type: ignore[union-attr]
+    return get_tokenizer(cfg.tokenizer.name, **options)
+
+
 def semantic_settings(cfg: DictConfig) -> SemanticSettings:
     d = cfg.diagnostics
     return SemanticSettings(
@@ -158,8 +163,7 @@ def run_audit(cfg: DictConfig) -> Path:
     started = time.perf_counter()
     encoder = build_encoder(cfg)
     loaded = load_inputs(cfg, encoder)
-    tokenizer_options = {k: v for k, v in OmegaConf.to_container(cfg.tokenizer).items() if k != "name"}
-    tokenizer = get_tokenizer(cfg.tokenizer.name, **tokenizer_options)
+    tokenizer = make_tokenizer(cfg)
     semantic = semantic_settings(cfg)
     settings: dict[str, Any] = {
         "data": cfg.input if cfg.get("input") else cfg.data.name,
@@ -332,7 +336,7 @@ def run_evaluate(cfg: DictConfig) -> Path:
     from .training import checkpoint_spec
 
     started = time.perf_counter()
-    spec = checkpoint_spec(cfg.model, Path(str(cfg.model)).parent.name) if cfg.get("model") else _spec(cfg)
+    spec = checkpoint_spec(str(cfg.model)) if cfg.get("model") else _spec(cfg)
     out = Path(cfg.output_dir)
     rows = evaluate_model(cfg, spec, out)
     print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.4f}"))
@@ -350,7 +354,7 @@ def run_study(cfg: DictConfig) -> Path:
     out = Path(cfg.output_dir)
     encoder = build_encoder(cfg)
     loaded = load_inputs(cfg, encoder)
-    tokenizer = get_tokenizer(cfg.tokenizer.name)
+    tokenizer = make_tokenizer(cfg)
     settings = {"data": cfg.data.name, "backbone": cfg.backbone.name, "sources": list(cfg.sources)}
     result = audit(
         loaded,

@@ -189,6 +189,15 @@ def train(
     return TrainResult(folder, final, False, n, len(left_out), history)
 
 
-def checkpoint_spec(model_dir: str | Path, name: str) -> EncoderSpec:
-    """An encoder spec for a trained checkpoint (a local folder)."""
+def checkpoint_spec(model_dir: str | Path, name: str | None = None) -> EncoderSpec:
+    """An encoder spec for a trained checkpoint (a local folder); named ``<backbone>-<source>`` from
+    the run's ``train_config.json`` when there is one, else after the folder."""
+    model_dir = Path(model_dir)
+    if name is None:
+        config = model_dir.parent / "train_config.json"
+        if config.is_file():
+            run = json.loads(config.read_text(encoding="utf-8"))
+            name = f"{run['backbone']['name']}-{run['source']}"
+        else:
+            name = model_dir.name
     return EncoderSpec(name=name, model=str(model_dir), source="path")
