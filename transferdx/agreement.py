@@ -1,0 +1,164 @@
+"""Rank agreement between a diagnostic's ordering of sources and their transfer ordering (DESIGN §5).
+
+A block is a (backbone, setting) pair, a setting being a group of sources. For each diagnostic,
+with its direction (+1: higher predicts better transfer, −1: lower does), and each block:
+complete ordering recovered (yes/no), Pearson r, Spearman ρ and Kendall τ between direction ×
+diagnostic and mean nDCG@10 over datasets. Uncertainty of the transfer ordering itself: a paired
+bootstrap over each dataset's queries gives the probability of every pairwise ordering and of the
+full ordering; paired t-tests between sources per dataset are Holm-corrected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from itertools import combinations
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import scipy.stats
+
+
+def ordering(values: Mapping[str, float], direction: int = 1) -> tuple[str, ...]:
+    """Sources from best to worst by ``direction × value`` (ties broken by name)."""
+    if direction not in (1, -1):
+        raise ValueError(f"direction must be +1 or -1, got {direction}")
+    return tuple(sorted(values, key=lambda s: (-direction * values[s], s)))
+
+
+@dataclass(frozen=True)
+class BlockAgreement:
+    """Agreement of one diagnostic with transfer in one block."""
+
+    block: str
+    diagnostic: str
+    direction: int
+    sources: tuple[str, ...]
+    recovered: bool
+    pearson: float
+    spearman: float
+    kendall: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "block": self.block,
+            "diagnostic": self.diagnostic,
+            "direction": self.direction,
+            "sources": ",".join(self.sources),
+            "recovered": self.recovered,
+            "pearson": self.pearson,
+            "spearman": self.spearman,
+            "kendall": self.kendall,
+        }
+
+
+def block_agreement(
+    diagnostic: Mapping[str, float],
+    transfer: Mapping[str, float],
+    *,
+    block: str = "",
+    name: str = "",
+    direction: int = 1,
+) -> BlockAgreement:
+    """Agreement of ``diagnostic`` (per source) with ``transfer`` (mean nDCG@10 per source)."""
+    sources = tuple(sorted(set(diagnostic) & set(transfer)))
+    if len(sources) < 2:
+        raise ValueError(f"a block needs at least two sources with both values, got {sources}")
+    x = np.array([direction * diagnostic[s] for s in sources], dtype=np.float64)
+    y = np.array([transfer[s] for s in sources], dtype=np.float64)
+    recovered = ordering({s: diagnostic[s] for s in sources}, direction) == ordering({s: transfer[s] for s in sources})
+    return BlockAgreement(
+        block,
+        name,
+        direction,
+        sources,
+        bool(recovered),
+        float(scipy.stats.pearsonr(x, y)[0]),
+        float(scipy.stats.spearmanr(x, y)[0]),
+        float(scipy.stats.kendalltau(x, y)[0]),
+    )
+
+
+def rank_agreement(
+    profiles: pd.DataFrame,
+    transfer: pd.DataFrame,
+    blocks: Mapping[str, Sequence[str]],
+    diagnostics: Mapping[str, int],
+) -> pd.DataFrame:
+    """One row per (block, diagnostic); ``profiles`` and ``transfer`` are indexed by source (one
+    backbone at a time) with diagnostic columns and an ``ndcg@10`` column (mean over datasets)."""
+    rows = []
+    for block, sources in blocks.items():
+        t = {s: float(transfer.loc[s, "ndcg@10"]) for s in sources}
+        for name, direction in diagnostics.items():
+            d = {s: float(profiles.loc[s, name]) for s in sources}
+            rows.append(block_agreement(d, t, block=block, name=name, direction=direction).to_dict())
+    return pd.DataFrame(rows)
+
+
+def blocks_recovered(table: pd.DataFrame) -> pd.DataFrame:
+    """ "k/n" per diagnostic: blocks whose complete ordering the diagnostic recovers."""
+    grouped = table.groupby("diagnostic", sort=False)["recovered"]
+    return pd.DataFrame({"recovered": grouped.sum().astype(int), "blocks": grouped.size()}).assign(
+        label=lambda f: f["recovered"].astype(str) + "/" + f["blocks"].astype(str)
+    )
+
+
+def transfer_ordering_uncertainty(
+    per_query: Mapping[str, Mapping[str, np.ndarray]],
+    resamples: int = 1000,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Paired bootstrap of queries within each dataset.
+
+    ``per_query[source][dataset]`` = nDCG@10 per query, aligned across sources (same query order).
+    Each resample draws queries with replacement per dataset (the same draw for every source),
+    averages within dataset, then over datasets. Returns the probability of each pairwise ordering
+    (``P(a > b)``) and of the observed full ordering.
+    """
+    sources = sorted(per_query)
+    datasets = sorted(set.intersection(*(set(per_query[s]) for s in sources)))
+    rng = np.random.default_rng(seed)
+    means = np.zeros((resamples, len(sources)))
+    for d in datasets:
+        scores = np.stack([np.asarray(per_query[s][d], dtype=np.float64) for s in sources])  # S × Q
+        n = scores.shape[1]
+        idx = rng.integers(0, n, size=(resamples, n))
+        means += scores[:, idx].mean(axis=2).T / len(datasets)
+    observed = {s: float(np.mean([np.mean(per_query[s][d]) for d in datasets])) for s in sources}
+    order = ordering(observed)
+    rank = [sources.index(s) for s in order]
+    full = np.all(np.diff(means[:, rank], axis=1) < 0, axis=1)
+    pairwise = {
+        f"{a}>{b}": float(np.mean(means[:, sources.index(a)] > means[:, sources.index(b)]))
+        for a, b in combinations(order, 2)
+    }
+    return {
+        "observed": observed,
+        "ordering": list(order),
+        "p_full_ordering": float(full.mean()),
+        "pairwise": pairwise,
+        "datasets": datasets,
+        "resamples": resamples,
+    }
+
+
+def paired_tests(per_query: Mapping[str, Mapping[str, np.ndarray]], alpha: float = 0.05) -> pd.DataFrame:
+    """Paired t-tests between every two sources on every dataset, Holm-corrected over all tests."""
+    from statsmodels.stats.multitest import multipletests
+
+    sources = sorted(per_query)
+    rows = []
+    for d in sorted(set.intersection(*(set(per_query[s]) for s in sources))):
+        for a, b in combinations(sources, 2):
+            x, y = np.asarray(per_query[a][d], float), np.asarray(per_query[b][d], float)
+            stat, p = scipy.stats.ttest_rel(x, y) if np.any(x != y) else (0.0, 1.0)
+            rows.append(
+                {"dataset": d, "a": a, "b": b, "mean_diff": float(np.mean(x - y)), "t": float(stat), "p": float(p)}
+            )
+    frame = pd.DataFrame(rows)
+    if len(frame):
+        reject, p_holm, *_ = multipletests(frame["p"], alpha=alpha, method="holm")
+        frame["p_holm"], frame["significant"] = p_holm, reject
+    return frame
