@@ -99,3 +99,15 @@ def test_study_end_to_end_with_tiny_backbone(tiny_conf, tmp_path, data):
     assert table.loc[table["source"] == "bm25", "psi_mean"].notna().all()
     assert (out / "audit" / "profile.json").is_file()
     assert (out / "evaluate" / "bm25" / "scifact" / "per_query.csv").is_file()
+    # the analysis commands read the study folder
+    agree_out, match_out = tmp_path / "agree", tmp_path / "match"
+    run_cli("agree", f"study_dirs=[{out}]", f"output_dir={agree_out}", "resamples=50")
+    table = pd.read_csv(agree_out / "agreement.csv")
+    assert set(table["block"]) == {"tiny_a/non-hybrid"} and "psi_mean" in set(table["diagnostic"])
+    # two sources: τ is ±1, or undefined when a tiny 4-step model ties the sources' nDCG
+    assert table["kendall"].dropna().abs().eq(1.0).all() and table["recovered"].isin([True, False]).all()
+    uncertainty = json.loads((agree_out / "transfer_uncertainty.json").read_text())
+    assert 0 <= uncertainty["tiny_a/non-hybrid"]["p_full_ordering"] <= 1
+    run_cli("match", f"study_dirs=[{out}]", f"output_dir={match_out}", "repetitions=5", "resolutions=[5]")
+    balance = pd.read_csv(match_out / "balance.csv")
+    assert (balance["smd_after_mean"] <= balance["smd_before"]).all()

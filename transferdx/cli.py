@@ -394,6 +394,56 @@ def run_study(cfg: DictConfig) -> Path:
     return out
 
 
+def run_agree(cfg: DictConfig) -> Path:
+    """``transferdx-agree``: rank agreement of diagnostics with transfer, and its uncertainty."""
+    from .analysis import agree, read_study
+
+    studies = [read_study(d) for d in cfg.study_dirs]
+    out = agree(
+        studies,
+        OmegaConf.to_container(cfg.blocks),
+        dict(cfg.diagnostics),
+        int(cfg.resamples),  # type: ignore[arg-type]
+        int(cfg.seed),
+        float(cfg.alpha),
+    )
+    folder = Path(cfg.output_dir)
+    atomic_write_text(safe_join(folder, "agreement.csv"), out["agreement"].to_csv(index=False, lineterminator="\n"))
+    atomic_write_text(safe_join(folder, "blocks_recovered.csv"), out["blocks_recovered"].to_csv(lineterminator="\n"))
+    atomic_write_text(
+        safe_join(folder, "paired_tests.csv"), out["paired_tests"].to_csv(index=False, lineterminator="\n")
+    )
+    atomic_write_text(safe_join(folder, "transfer_uncertainty.json"), canonical_json(out["uncertainty"]))
+    print(out["agreement"].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(out["blocks_recovered"].to_string())
+    for block, u in out["uncertainty"].items():
+        print(f"{block}: transfer ordering {' > '.join(u['ordering'])}, P(full ordering) = {u['p_full_ordering']:.3f}")
+    return folder
+
+
+def run_match(cfg: DictConfig) -> Path:
+    """``transferdx-match``: ψ-matched samples per block."""
+    from .analysis import match_studies, read_study
+
+    studies = [read_study(d) for d in cfg.study_dirs]
+    out = match_studies(
+        studies,
+        OmegaConf.to_container(cfg.blocks),
+        dict(cfg.statistics),  # type: ignore[arg-type]
+        list(cfg.resolutions),
+        int(cfg.repetitions),
+        int(cfg.seed),
+    )
+    folder = Path(cfg.output_dir)
+    atomic_write_text(safe_join(folder, "matched.csv"), out["matched"].to_csv(index=False, lineterminator="\n"))
+    atomic_write_text(safe_join(folder, "balance.csv"), out["balance"].to_csv(index=False, lineterminator="\n"))
+    if len(out["matched"]):
+        shares = out["matched"].groupby(["backbone", "block", "statistic", "resolution"])["share_reproducing"].first()
+        print(shares.to_string())
+        print(out["balance"].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    return folder
+
+
 def _hydra_entry(config_name: str, run: Callable[[DictConfig], Path]) -> None:
     import hydra
 
@@ -423,6 +473,16 @@ def evaluate_main() -> None:
 def study_main() -> None:
     """``transferdx-study``: sources → audit → train → evaluate."""
     _hydra_entry("study", run_study)
+
+
+def agree_main() -> None:
+    """``transferdx-agree``: rank agreement and transfer-ordering uncertainty."""
+    _hydra_entry("agree", run_agree)
+
+
+def match_main() -> None:
+    """``transferdx-match``: ψ-matched samples."""
+    _hydra_entry("match", run_match)
 
 
 def build_main() -> None:
