@@ -80,7 +80,7 @@ def easy_shuffled(
     known: str = "all",
     parent_name: str | None = None,
 ) -> LoadResult:
-    from .sources import known_positives
+    from .sources import judged, known_positives
 
     rng = np.random.default_rng([ctx.seed, 0xE5])
     perm = derangement(len(parent), rng)
@@ -102,15 +102,11 @@ def easy_shuffled(
                     item=n.id,
                 )
                 continue
-            negatives.append(Passage(n.id, n.text, "shuffled", "borrowed", judgment=_judgment(ctx, rec.qid, n.id)))
+            negatives.append(
+                Passage(n.id, n.text, "shuffled", "borrowed", judgment=judged(ctx.query_set, rec.qid, n.id))
+            )
         _add(builder, source, rec.qid, rec.query, rec.positives, negatives)
     return _describe(builder.result, source, ctx, "negatives of another record (derangement)", parent_name)
-
-
-def _judgment(ctx: BuildContext, qid: str, pid: str) -> int | None:
-    from .sources import judged
-
-    return judged(ctx.query_set, qid, pid)
 
 
 def random_passages(

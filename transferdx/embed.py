@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import shutil
 import tempfile
 import zipfile
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -324,7 +323,3 @@ def _load_sentence_transformer(location: str, spec: EncoderSpec) -> Any:
     if spec.max_seq_length is not None:
         model.max_seq_length = spec.max_seq_length
     return model
-
-
-def spec_dict(spec: EncoderSpec) -> dict[str, Any]:
-    return json.loads(json.dumps(asdict(spec)))

@@ -250,10 +250,10 @@ def _text_list(obj: dict, key: str) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 
 
-def read_id_text_tsv(path: str | Path, on_error: str = "raise", what: str = "text") -> dict[str, str]:
-    """``id<TAB>text`` per line (MS MARCO collection.tsv / queries.tsv); duplicate ids are errors."""
+def read_id_text_tsv(path: str | Path, what: str = "text") -> dict[str, str]:
+    """``id<TAB>text`` per line (MS MARCO collection.tsv / queries.tsv). A lookup table, so any bad
+    line (field count, empty id or text, duplicate id) is a located error."""
     path = _require(path)
-    builder = RecordBuilder(path, on_error)
     table: dict[str, str] = {}
     with _open_text(path) as handle:
         for lineno, raw in enumerate(handle, start=1):
@@ -262,24 +262,17 @@ def read_id_text_tsv(path: str | Path, on_error: str = "raise", what: str = "tex
                 continue
             parts = line.split("\t")
             if len(parts) != 2:
-                builder.fail(lineno, "<line>", f"expected 2 tab-separated fields (id, {what}), got {len(parts)}")
-                continue
+                raise InputError(
+                    path, lineno, "<line>", f"expected 2 tab-separated fields (id, {what}), got {len(parts)}"
+                )
             pid, text = parts[0].strip(), parts[1]
             if not pid:
-                builder.fail(lineno, "id", "empty id")
-            elif not text.strip():
-                builder.fail(lineno, what, "empty string", item=pid)
-            elif pid in table:
-                builder.fail(lineno, "id", f"duplicate id {pid!r}", item=pid)
-            else:
-                table[pid] = text
-    if builder.result.exclusions:
-        raise InputError(
-            path,
-            builder.result.exclusions[0].line,
-            builder.result.exclusions[0].field,
-            builder.result.exclusions[0].reason,
-        )
+                raise InputError(path, lineno, "id", "empty id")
+            if not text.strip():
+                raise InputError(path, lineno, what, "empty string")
+            if pid in table:
+                raise InputError(path, lineno, "id", f"duplicate id {pid!r}")
+            table[pid] = text
     return table
 
 

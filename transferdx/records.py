@@ -147,23 +147,22 @@ class RecordBuilder:
         """Raise under ``raise``; log an exclusion under ``skip``."""
         if self.on_error == "raise":
             raise InputError(self.file, line, field, reason)
-        self.result.exclusions.append(
-            Exclusion(self.file, "" if line is None else str(line), source, qid, unit, item, field, reason)
-        )
+        self.exclude(line, field, reason, source=source, qid=qid, unit=unit, item=item)
 
-    def exclude(self, line: int | str | None, field: str, reason: str, **kw: Any) -> None:
+    def exclude(
+        self,
+        line: int | str | None,
+        field: str,
+        reason: str,
+        *,
+        source: str = "",
+        qid: str = "",
+        unit: str = "record",
+        item: str = "",
+    ) -> None:
         """Always-counted exclusion that is legitimate data, not an input error (e.g. K = 0 in a run)."""
         self.result.exclusions.append(
-            Exclusion(
-                self.file,
-                "" if line is None else str(line),
-                kw.get("source", ""),
-                kw.get("qid", ""),
-                kw.get("unit", "record"),
-                kw.get("item", ""),
-                field,
-                reason,
-            )
+            Exclusion(self.file, "" if line is None else str(line), source, qid, unit, item, field, reason)
         )
 
     # -- validation helpers ---------------------------------------------------------------------

@@ -19,7 +19,6 @@ Per record:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -166,7 +165,3 @@ def record_scores(
     with np.errstate(invalid="ignore", divide="ignore"):
         rec["hardness"] = np.where(h_defined > 0, segment_sum(np.nan_to_num(h), counts) / h_defined, np.nan)
     return neg, rec
-
-
-def summarise_bands(band: np.ndarray) -> Mapping[str, int]:
-    return {name: int((band == i).sum()) for i, name in enumerate(BANDS)}
