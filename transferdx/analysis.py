@@ -7,6 +7,7 @@ dataset with the diagnostics and nDCG@10), ``audit/profile.csv``, ``audit/record
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,9 +17,36 @@ import pandas as pd
 
 from .agreement import blocks_recovered, ordering, paired_tests, rank_agreement, transfer_ordering_uncertainty
 from .matching import match
+from .sensitivity import Run
+
+
+def expand(folders: Sequence[str | Path], marker: str) -> list[Path]:
+    """Each folder that holds ``marker``, or — for a multirun root — its subfolders that do (sorted)."""
+    found: list[Path] = []
+    for folder in map(Path, folders):
+        if (folder / marker).is_file():
+            found.append(folder)
+            continue
+        below = sorted(p.parent for p in folder.glob(f"*/{marker}"))
+        if not below:
+            raise FileNotFoundError(f"{folder} holds no {marker} (nor do its subfolders)")
+        found.extend(below)
+    return found
+
+
+def read_audit(folder: str | Path) -> Run:
+    """A ``transferdx-audit`` output folder as a sensitivity :class:`Run` (settings + profile)."""
+    folder = Path(folder)
+    if not (folder / "profile.json").is_file():
+        raise FileNotFoundError(f"{folder / 'profile.json'} is missing: is {folder} a transferdx-audit output?")
+    settings = json.loads((folder / "profile.json").read_text(encoding="utf-8"))["settings"]
+    profile = pd.read_csv(folder / "profile.csv").set_index("source")
+    return Run(settings, profile, str(folder))
 
 
 def read_study(folder: str | Path) -> dict[str, Any]:
+    """A ``transferdx-study`` output folder: profile, records, transfer (mean nDCG@10 per source),
+    per-dataset results and per-query nDCG@10."""
     folder = Path(folder)
     for needed in ("study.csv", "audit/profile.csv", "audit/records.csv"):
         if not (folder / needed).is_file():
@@ -33,7 +61,10 @@ def read_study(folder: str | Path) -> dict[str, Any]:
             frame = pd.read_csv(path, dtype={"qid": str}).sort_values("qid")
             per_query.setdefault(source, {})[path.parent.name] = frame["ndcg@10"].to_numpy()
     return {
+        "folder": str(folder),
         "backbone": backbone,
+        "study": study,
+        "profile_json": json.loads((folder / "audit/profile.json").read_text(encoding="utf-8")),
         "profile": pd.read_csv(folder / "audit/profile.csv").set_index("source"),
         "records": pd.read_csv(folder / "audit/records.csv", dtype={"qid": str}),
         "transfer": transfer,

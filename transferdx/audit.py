@@ -221,6 +221,7 @@ def _semantic(
         mask = neg_source == name
         values = composite(e_q[owner[mask]], e_p[owner[mask]], e_n[mask], w[mask], s.composite)
         composites[name] = {f"composite_{form}": v for form, v in values.items()}
+        composites[name]["embedding_dim"] = int(e_q.shape[1])
     return composites
 
 

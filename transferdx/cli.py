@@ -27,7 +27,7 @@ from .loaders import (
     load_trec_dl_query_set,
     read_id_text_tsv,
 )
-from .records import LoadResult, read_records, write_source_folder
+from .records import LoadResult, read_records, sample_queries, write_source_folder
 from .report import EXCLUSION_COLUMNS
 from .sources import BuildContext, build_sources, demo_query_set, demo_sources
 from .text import get_tokenizer
@@ -163,6 +163,8 @@ def run_audit(cfg: DictConfig) -> Path:
     started = time.perf_counter()
     encoder = build_encoder(cfg)
     loaded = load_inputs(cfg, encoder)
+    fraction = float(cfg.get("sample_fraction", 1.0))
+    loaded, sampled_out = sample_queries(loaded, fraction, int(cfg.seed))
     tokenizer = make_tokenizer(cfg)
     semantic = semantic_settings(cfg)
     settings: dict[str, Any] = {
@@ -175,6 +177,8 @@ def run_audit(cfg: DictConfig) -> Path:
         "bootstrap_confidence": float(cfg.bootstrap.confidence),
         "flags": cfg.flags.mode,
     }
+    if fraction < 1.0:
+        settings.update(sample_fraction=fraction, records_sampled_out=sampled_out)
     if cfg.idf.name == "external":
         settings["idf_external"] = f"{cfg.idf.format}:{Path(str(cfg.idf.path)).name}"
     if cfg.diagnostics.semantic:
@@ -390,30 +394,58 @@ def run_study(cfg: DictConfig) -> Path:
     table = pd.DataFrame(rows)
     atomic_write_text(safe_join(out, "study.csv"), table.to_csv(index=False, lineterminator="\n"))
     print(table.drop(columns=["model_dir"], errors="ignore").to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    if cfg.get("tables_after"):
+        options = OmegaConf.merge(cfg.analysis, {"study_dirs": [str(out)]})
+        rendered = write_tables(options, safe_join(out, "tables"))  # type: ignore[arg-type]
+        for name in ("table4", "uncertainty", "matching"):
+            table = rendered.get(name)
+            print(table if isinstance(table, str) else table.to_markdown())
     print(f"{time.perf_counter() - started:.1f}s; study table: {out.resolve()}/study.csv")
     return out
 
 
+def _csv_text(frame: pd.DataFrame, index: bool = False) -> str:
+    return frame.to_csv(index=index, lineterminator="\n")
+
+
+def write_agreement(out: dict[str, Any], folder: Path) -> None:
+    atomic_write_text(safe_join(folder, "agreement.csv"), _csv_text(out["agreement"]))
+    atomic_write_text(safe_join(folder, "blocks_recovered.csv"), _csv_text(out["blocks_recovered"], index=True))
+    atomic_write_text(safe_join(folder, "paired_tests.csv"), _csv_text(out["paired_tests"]))
+    atomic_write_text(safe_join(folder, "transfer_uncertainty.json"), canonical_json(out["uncertainty"]))
+
+
+def write_matching(out: dict[str, pd.DataFrame], folder: Path) -> None:
+    atomic_write_text(safe_join(folder, "matched.csv"), _csv_text(out["matched"]))
+    atomic_write_text(safe_join(folder, "balance.csv"), _csv_text(out["balance"]))
+
+
+def _agree(cfg: DictConfig, studies: list[dict[str, Any]]) -> dict[str, Any]:
+    from .analysis import agree
+
+    blocks = OmegaConf.to_container(cfg.blocks)
+    return agree(studies, blocks, dict(cfg.diagnostics), int(cfg.resamples), int(cfg.seed), float(cfg.alpha))  # type: ignore[arg-type]
+
+
+def _match(cfg: DictConfig, studies: list[dict[str, Any]]) -> dict[str, pd.DataFrame]:
+    from .analysis import match_studies
+
+    blocks = OmegaConf.to_container(cfg.blocks)
+    statistics = dict(cfg.statistics)
+    return match_studies(studies, blocks, statistics, list(cfg.resolutions), int(cfg.repetitions), int(cfg.seed))  # type: ignore[arg-type]
+
+
+def _studies(cfg: DictConfig) -> list[dict[str, Any]]:
+    from .analysis import expand, read_study
+
+    return [read_study(d) for d in expand(list(cfg.study_dirs), "study.csv")]
+
+
 def run_agree(cfg: DictConfig) -> Path:
     """``transferdx-agree``: rank agreement of diagnostics with transfer, and its uncertainty."""
-    from .analysis import agree, read_study
-
-    studies = [read_study(d) for d in cfg.study_dirs]
-    out = agree(
-        studies,
-        OmegaConf.to_container(cfg.blocks),
-        dict(cfg.diagnostics),
-        int(cfg.resamples),  # type: ignore[arg-type]
-        int(cfg.seed),
-        float(cfg.alpha),
-    )
+    out = _agree(cfg, _studies(cfg))
     folder = Path(cfg.output_dir)
-    atomic_write_text(safe_join(folder, "agreement.csv"), out["agreement"].to_csv(index=False, lineterminator="\n"))
-    atomic_write_text(safe_join(folder, "blocks_recovered.csv"), out["blocks_recovered"].to_csv(lineterminator="\n"))
-    atomic_write_text(
-        safe_join(folder, "paired_tests.csv"), out["paired_tests"].to_csv(index=False, lineterminator="\n")
-    )
-    atomic_write_text(safe_join(folder, "transfer_uncertainty.json"), canonical_json(out["uncertainty"]))
+    write_agreement(out, folder)
     print(out["agreement"].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print(out["blocks_recovered"].to_string())
     for block, u in out["uncertainty"].items():
@@ -423,24 +455,114 @@ def run_agree(cfg: DictConfig) -> Path:
 
 def run_match(cfg: DictConfig) -> Path:
     """``transferdx-match``: ψ-matched samples per block."""
-    from .analysis import match_studies, read_study
-
-    studies = [read_study(d) for d in cfg.study_dirs]
-    out = match_studies(
-        studies,
-        OmegaConf.to_container(cfg.blocks),
-        dict(cfg.statistics),  # type: ignore[arg-type]
-        list(cfg.resolutions),
-        int(cfg.repetitions),
-        int(cfg.seed),
-    )
+    out = _match(cfg, _studies(cfg))
     folder = Path(cfg.output_dir)
-    atomic_write_text(safe_join(folder, "matched.csv"), out["matched"].to_csv(index=False, lineterminator="\n"))
-    atomic_write_text(safe_join(folder, "balance.csv"), out["balance"].to_csv(index=False, lineterminator="\n"))
+    write_matching(out, folder)
     if len(out["matched"]):
         shares = out["matched"].groupby(["backbone", "block", "statistic", "resolution"])["share_reproducing"].first()
         print(shares.to_string())
         print(out["balance"].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    return folder
+
+
+def write_tables(cfg: DictConfig, folder: Path) -> dict[str, Any]:
+    """Agreement and matching (read from ``agree_dir``/``match_dir`` or computed and stored under
+    ``folder``), the sensitivity collection, then every table in three formats with its cell trace,
+    and the figures. Returns the rendered tables (a reason string for each one that was skipped)."""
+    import json
+    import os
+
+    from .analysis import expand, read_audit
+    from .figures import FIGURES
+    from .sensitivity import Run, sensitivity
+    from .tables import Artifacts, Study, Table, relative, render
+
+    studies = _studies(cfg)
+    agree_dir = Path(cfg.agree_dir) if cfg.get("agree_dir") else safe_join(folder, "agree")
+    if not cfg.get("agree_dir"):
+        write_agreement(_agree(cfg, studies), agree_dir)
+    match_dir = Path(cfg.match_dir) if cfg.get("match_dir") else safe_join(folder, "match")
+    if not cfg.get("match_dir"):
+        write_matching(_match(cfg, studies), match_dir)
+    sens_paths = expand(list(cfg.sensitivity_dirs), "profile.json") if cfg.get("sensitivity_dirs") else []
+    inputs = [Path(s["folder"]) for s in studies] + [*sens_paths]
+    inputs += [d for d, given in ((agree_dir, cfg.get("agree_dir")), (match_dir, cfg.get("match_dir"))) if given]
+    root = Path(os.path.commonpath([str(p.resolve()) for p in inputs]))
+
+    def rel(path: str | Path) -> str:
+        """Inputs relative to their common root (manifest.json); the tables folder's own files as ./…"""
+        inside = Path(path).resolve().is_relative_to(folder.resolve())
+        return "./" + relative(path, folder.resolve()) if inside else relative(path, root)
+
+    blocks = OmegaConf.to_container(cfg.blocks)
+    runs = tuple(Run(r.settings, r.profile, rel(r.folder)) for r in map(read_audit, sens_paths))
+    agreement = pd.read_csv(agree_dir / "agreement.csv") if (agree_dir / "agreement.csv").stat().st_size > 1 else None
+    matched = pd.read_csv(match_dir / "matched.csv") if (match_dir / "matched.csv").stat().st_size > 1 else None
+    balance = pd.read_csv(match_dir / "balance.csv") if (match_dir / "balance.csv").stat().st_size > 1 else None
+    artifacts = Artifacts(
+        studies=tuple(
+            Study(
+                s["backbone"],
+                rel(s["folder"]),
+                s["study"],
+                s["profile"],
+                s["profile_json"],
+                pd.read_csv(Path(s["folder"]) / "audit/negatives.csv") if i == 0 else None,
+            )
+            for i, s in enumerate(studies)
+        ),
+        blocks=blocks,  # type: ignore[arg-type]
+        diagnostics=dict(cfg.diagnostics),
+        agreement=agreement,
+        agreement_file=rel(agree_dir / "agreement.csv"),
+        uncertainty=json.loads((agree_dir / "transfer_uncertainty.json").read_text(encoding="utf-8")),
+        uncertainty_file=rel(agree_dir / "transfer_uncertainty.json"),
+        matched=matched,
+        balance=balance,
+        match_folder=rel(match_dir),
+        runs=runs,
+        base=dict(cfg.sensitivity_base),
+        stability_diagnostic=str(cfg.stability_diagnostic),
+        labels=dict(cfg.labels),
+    )
+    sens = None
+    if runs:
+        sens = sensitivity(runs, artifacts.base, blocks, artifacts.diagnostics, cfg.get("in_family"))  # type: ignore[arg-type]
+        atomic_write_text(safe_join(folder, "sensitivity_runs.csv"), _csv_text(sens))
+    rendered = render(artifacts, list(cfg.tables), sens, rel(folder / "sensitivity_runs.csv"))
+    writers = {"md": Table.to_markdown, "tex": Table.to_latex, "csv": Table.to_csv}
+    combined, skipped = [], {}
+    for name, table in rendered.items():
+        if isinstance(table, str):
+            skipped[name] = table
+            continue
+        for fmt in cfg.formats:
+            if fmt not in writers:
+                raise ValueError(f"unknown table format {fmt!r}; valid: {sorted(writers)}")
+            atomic_write_text(safe_join(folder, f"{name}.{fmt}"), writers[fmt](table))
+        atomic_write_text(safe_join(folder, f"{name}.trace.csv"), _csv_text(table.trace()))
+        combined.append(table.to_markdown())
+    if skipped:
+        combined.append("Not rendered:\n\n" + "".join(f"- {k}: {v}\n" for k, v in skipped.items()))
+    atomic_write_text(safe_join(folder, "tables.md"), "\n".join(combined))
+    if cfg.get("figures"):
+        from .artifacts import atomic_write_bytes
+
+        for name, plot in FIGURES.items():
+            atomic_write_bytes(safe_join(folder, f"figures/{name}.png"), plot(artifacts))
+    manifest = {"root": str(root), "inputs": sorted(rel(p) for p in inputs), "skipped": skipped}
+    atomic_write_text(safe_join(folder, "manifest.json"), canonical_json(manifest))
+    return rendered
+
+
+def run_tables(cfg: DictConfig) -> Path:
+    """``transferdx-tables``: the study's tables from stored artifacts."""
+    started = time.perf_counter()
+    folder = Path(cfg.output_dir)
+    rendered = write_tables(cfg, folder)
+    for name, table in rendered.items():
+        print(table.to_markdown() if not isinstance(table, str) else f"{name}: not rendered ({table})\n")
+    print(f"{time.perf_counter() - started:.1f}s; tables: {folder.resolve()}")
     return folder
 
 
@@ -483,6 +605,11 @@ def agree_main() -> None:
 def match_main() -> None:
     """``transferdx-match``: ψ-matched samples."""
     _hydra_entry("match", run_match)
+
+
+def tables_main() -> None:
+    """``transferdx-tables``: Tables 1–10 and figures from stored artifacts."""
+    _hydra_entry("tables", run_tables)
 
 
 def build_main() -> None:

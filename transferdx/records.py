@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 POLICIES = ("raise", "skip")
 KINDS = ("genuine", "control")
 # A negative whose text equals one of the record's positives is an error, except when the source
@@ -417,3 +419,24 @@ def write_records(records: Iterable[Record], path: str | Path) -> None:
 
     lines = [json.dumps(r.to_dict(), ensure_ascii=False) for r in records]
     atomic_write_text(path, "".join(line + "\n" for line in lines))
+
+
+def sample_queries(loaded: LoadResult, fraction: float, seed: int = 0) -> tuple[LoadResult, int]:
+    """A seeded subset of ⌈fraction × #queries⌉ query ids, the same for every source, and the
+    records (and measured false negatives) of those queries; ``fraction`` ∈ (0, 1]. Returns the
+    sample and how many records it leaves out (reported with the run, never silently)."""
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"sample_fraction must be in (0, 1], got {fraction}")
+    if fraction == 1.0:
+        return loaded, 0
+    qids = sorted({r.qid for r in loaded.records})
+    n = int(np.ceil(fraction * len(qids)))
+    kept = {qids[i] for i in np.random.default_rng([seed, 0x5A]).choice(len(qids), size=n, replace=False)}
+    records = [r for r in loaded.records if r.qid in kept]
+    sample = LoadResult(
+        records,
+        list(loaded.exclusions),
+        {k: dict(v) for k, v in loaded.descriptors.items()},
+        {s: [row for row in rows if row[0] in kept] for s, rows in loaded.false_negatives.items()},
+    )
+    return sample, len(loaded.records) - len(records)

@@ -1,0 +1,122 @@
+"""Figures that go with the tables (PNG bytes, no timestamps): diagnostic vs transfer per block, the
+control ladder's dose-response, and the audit profiles with their CIs."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .report import KIND_COLOURS, _png
+from .tables import Artifacts, source_label
+
+LADDER = ("random_mix_25", "random_mix_50", "random_mix_75", "random_mix_100")
+PROFILE_STATS = (
+    ("rho_mean", "rho", "ρ"),
+    ("eta_mean", "eta", "η"),
+    ("psi_mean", "psi", "ψ"),
+    ("inversion_rate", "inversion_rate", "inversion"),
+)
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def agreement_scatter(a: Artifacts) -> bytes:
+    """One panel per (block, diagnostic): the diagnostic (x) against mean nDCG@10 (y), with Pearson r."""
+    plt = _pyplot()
+    blocks = []
+    for study in a.studies:
+        transfer = study.results.groupby("source")["ndcg@10"].mean()
+        for setting, members in a.block_sources(study, [s for s in transfer.index if s in study.profile.index]):
+            if len(members) >= 2:
+                blocks.append((study, setting, members, transfer))
+    diags = [d for d in a.diagnostics if any(d in s.profile.columns for s in a.studies)]
+    fig, axes = plt.subplots(
+        max(len(blocks), 1),
+        max(len(diags), 1),
+        figsize=(2.6 * max(len(diags), 1), 2.4 * max(len(blocks), 1)),
+        dpi=100,
+        squeeze=False,
+    )
+    for i, (study, setting, members, transfer) in enumerate(blocks):
+        for j, diag in enumerate(diags):
+            ax = axes[i][j]
+            x = study.profile.loc[members, diag].astype(float).to_numpy()
+            y = transfer.loc[members].to_numpy(float)
+            ax.scatter(x, y, color="tab:blue")
+            for xi, yi, s in zip(x, y, members, strict=True):
+                ax.annotate(source_label(s), (xi, yi), fontsize=7, xytext=(3, 3), textcoords="offset points")
+            r = np.corrcoef(x, y)[0, 1] if len(members) > 2 or np.ptp(x) > 0 else math.nan
+            ax.set_title(f"{a.label(study.backbone)} / {setting}: r = {r:.2f}", fontsize=8)
+            ax.tick_params(labelsize=7)
+            if i == len(blocks) - 1:
+                ax.set_xlabel(diag, fontsize=8)
+            if j == 0:
+                ax.set_ylabel("mean nDCG@10", fontsize=8)
+    return _png(plt, fig)
+
+
+def control_ladder(a: Artifacts) -> bytes:
+    """Each diagnostic against the share of negative slots replaced by random passages (0 % = the
+    ladder's parent source), one line per backbone."""
+    plt = _pyplot()
+    diags = [d for d in a.diagnostics if any(d in s.profile.columns for s in a.studies)]
+    fig, axes = plt.subplots(1, max(len(diags), 1), figsize=(2.8 * max(len(diags), 1), 2.8), dpi=100, squeeze=False)
+    for study in a.studies:
+        descriptors = study.profile_json.get("descriptors", {})
+        parent = descriptors.get(LADDER[0], {}).get("parent_source")
+        steps = [(0, parent)] if parent in study.profile.index else []
+        steps += [(int(s.rsplit("_", 1)[1]), s) for s in LADDER if s in study.profile.index]
+        for j, diag in enumerate(diags):
+            if diag in study.profile.columns and steps:
+                xs = [x for x, _ in steps]
+                ys = [float(study.profile.loc[s, diag]) for _, s in steps]
+                axes[0][j].plot(xs, ys, "o-", label=a.label(study.backbone))
+    for j, diag in enumerate(diags):
+        axes[0][j].set_title(diag, fontsize=8)
+        axes[0][j].set_xlabel("% slots random", fontsize=8)
+        axes[0][j].tick_params(labelsize=7)
+    axes[0][0].legend(fontsize=7, frameon=False)
+    return _png(plt, fig)
+
+
+def profiles(a: Artifacts) -> bytes:
+    """Mean ρ, η, ψ and inversion per source with 95% CIs, coloured by kind, one row per backbone."""
+    plt = _pyplot()
+    n = max(len(s.profile) for s in a.studies)
+    fig, axes = plt.subplots(
+        len(a.studies),
+        len(PROFILE_STATS),
+        figsize=(11, (0.3 * n + 1.2) * len(a.studies)),
+        dpi=100,
+        squeeze=False,
+        sharey="row",
+    )
+    for i, study in enumerate(a.studies):
+        frame: pd.DataFrame = study.profile.sort_index(ascending=False)
+        for j, (col, prefix, label) in enumerate(PROFILE_STATS):
+            ax = axes[i][j]
+            if col not in frame.columns:
+                continue
+            for y, (_, row) in enumerate(frame.iterrows()):
+                value = float(row[col])
+                if math.isnan(value):
+                    continue
+                err = [[value - float(row[f"{prefix}_ci_low"])], [float(row[f"{prefix}_ci_high"]) - value]]
+                ax.errorbar(value, y, xerr=err, fmt="o", capsize=2, color=KIND_COLOURS.get(row["kind"], "tab:gray"))
+            ax.set_yticks(range(len(frame)), [source_label(s) for s in frame.index], fontsize=7)
+            ax.set_title(f"{a.label(study.backbone)}: {label}", fontsize=8)
+            ax.tick_params(axis="x", labelsize=7)
+            ax.grid(axis="x", alpha=0.3)
+    return _png(plt, fig)
+
+
+FIGURES = {"agreement_scatter": agreement_scatter, "control_ladder": control_ladder, "profiles": profiles}
