@@ -169,6 +169,27 @@ def test_build_then_audit_the_folder(tmp_path):
     assert profile["catch_rate"]["n_controls"] == 3
 
 
+def test_external_source_is_loaded_renamed_and_hybridised(tmp_path):
+    """An LLM-written file joins the mined sources under its configured name (here: perturbations
+    written to disk stand in for it)."""
+    first = tmp_path / "first"
+    run_build("data=demo_pool", "sources=[perturb]", "controls=[]", f"output_dir={first}")
+    out = tmp_path / "second"
+    run_build(
+        "data=demo_pool",
+        "sources=[bm25,bm25+llm]",
+        "controls=[]",
+        f"+external_sources.llm={first / 'perturb.jsonl'}",
+        f"output_dir={out}",
+    )
+    written = [json.loads(line) for line in (first / "perturb.jsonl").read_text().splitlines()]
+    llm = [json.loads(line) for line in (out / "llm.jsonl").read_text().splitlines()]
+    assert {r["source"] for r in llm} == {"llm"} and len(llm) == len(written)
+    assert [r["negatives"] for r in llm] == [r["negatives"] for r in written]
+    hybrid = [json.loads(line) for line in (out / "bm25+llm.jsonl").read_text().splitlines()]
+    assert hybrid and {r["source"] for r in hybrid} == {"bm25+llm"}
+
+
 def test_dl19_pool_builds_and_audits_with_false_negatives(tmp_path, data):
     out = tmp_path / "dl19pool"
     proc = run_audit(

@@ -90,7 +90,15 @@ def build_inputs(cfg: DictConfig, encoder: EmbeddingCache | None) -> LoadResult:
                 {name: runs.false_negatives.get(name, [])},
             )
             external[name] = part
-    names = [*cfg.sources, *external]
+    for name, path in (cfg.get("external_sources") or {}).items():
+        part = read_records(str(path), cfg.on_error)
+        described = {k: v for d in part.descriptors.values() for k, v in d.items()}
+        external[name] = LoadResult(
+            [dataclasses.replace(r, source=name) for r in part.records],
+            [dataclasses.replace(e, source=name) for e in part.exclusions],
+            {name: described},
+        )
+    names = [*cfg.sources, *(e for e in external if e not in cfg.sources)]
     ctx = BuildContext(
         query_set, k=int(cfg.k), slice_spec=cfg.get("slice"), seed=int(cfg.seed), encoder=encoder, bm25=dict(cfg.bm25)
     )
