@@ -1,6 +1,7 @@
 # One-command entry points. On a fresh clone:
 #   make demo   # create .venv, install, run the audit on the embedded demo
 #   make test   # create .venv, install, run the whole test suite (what CI runs)
+#   make small-study  # the small study end to end, through the regenerated tables
 # torch is installed first and pinned, so that resolving the other dependencies never pulls a
 # multi-GB CUDA build on a CPU machine. Elsewhere, set TORCH_INDEX to PyTorch's CPU wheel index.
 PYTHON ?= python3
@@ -10,7 +11,7 @@ TORCH_INDEX ?=
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.transferdx-installed
 
-.PHONY: setup demo test bench lint dl19 clean
+.PHONY: setup demo test bench lint dl19 small-study clean
 
 setup: $(STAMP)
 
@@ -26,6 +27,12 @@ demo: setup
 
 dl19: setup
 	$(VENV)/bin/transferdx-audit data=msmarco_dl19
+
+# The small study end to end (about 40 min on 2 CPU cores): sensitivity audits, then
+# sources → audit → train → evaluate → agree → match → tables into $(STUDY_DIR).
+STUDY_DIR ?= outputs/small-study
+small-study: setup
+	BIN=$(VENV)/bin bash experiments/small_study.sh $(STUDY_DIR)
 
 test: setup
 	$(PY) -m pytest

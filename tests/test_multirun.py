@@ -99,6 +99,17 @@ def test_study_end_to_end_with_tiny_backbone(tiny_conf, tmp_path, data):
     assert table.loc[table["source"] == "bm25", "psi_mean"].notna().all()
     assert (out / "audit" / "profile.json").is_file()
     assert (out / "evaluate" / "bm25" / "scifact" / "per_query.csv").is_file()
+    # the study's last step: agree → match → tables, from the artifacts it just wrote
+    tables = out / "tables"
+    for name in ("table1", "table3", "table4", "table5", "table6", "table7", "table10"):
+        assert (tables / f"{name}.md").is_file() and (tables / f"{name}.tex").is_file(), name
+    table1 = pd.read_csv(tables / "table1.csv")
+    assert list(table1["Mining"]) == ["BM25", "Perturb"]
+    study = pd.read_csv(out / "study.csv").set_index("source")
+    assert table1["SciFact"].tolist() == pytest.approx([study.loc["bm25", "ndcg@10"], study.loc["perturb", "ndcg@10"]])
+    manifest = json.loads((tables / "manifest.json").read_text())
+    assert "sensitivity" in manifest["skipped"] and "table8" in manifest["skipped"]
+    assert (tables / "agree" / "agreement.csv").is_file() and (tables / "match" / "balance.csv").is_file()
     # the analysis commands read the study folder
     agree_out, match_out = tmp_path / "agree", tmp_path / "match"
     run_cli("agree", f"study_dirs=[{out}]", f"output_dir={agree_out}", "resamples=50")

@@ -21,13 +21,14 @@ from .sensitivity import Run
 
 
 def expand(folders: Sequence[str | Path], marker: str) -> list[Path]:
-    """Each folder that holds ``marker``, or — for a multirun root — its subfolders that do (sorted)."""
+    """Each folder that holds ``marker``, or — for a multirun root or a folder of sweeps — every
+    folder below it that does (sorted)."""
     found: list[Path] = []
     for folder in map(Path, folders):
         if (folder / marker).is_file():
             found.append(folder)
             continue
-        below = sorted(p.parent for p in folder.glob(f"*/{marker}"))
+        below = sorted(p.parent for p in folder.rglob(marker))
         if not below:
             raise FileNotFoundError(f"{folder} holds no {marker} (nor do its subfolders)")
         found.extend(below)
