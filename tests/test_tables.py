@@ -12,7 +12,7 @@ import pytest
 import scipy.stats
 
 from transferdx.records import LoadResult, sample_queries
-from transferdx.sensitivity import Run, find_base, kendall, sensitivity, value_range
+from transferdx.sensitivity import Run, changed, find_base, kendall, sensitivity, value_range
 from transferdx.tables import Cell, Table, source_label
 
 from .conftest import REPO, record, run_cli
@@ -169,6 +169,9 @@ def test_base_run_and_one_at_a_time_factors():
     assert by.loc["sample_fraction", "kendall_tau"] == pytest.approx(1 / 3)
     assert by.loc["tau", "ordering"] == "x>y>z" and not by.loc["tau", "same_ordering"]
     assert value_range(runs, runs[0], "tokenizer", "x", "composite_logdet") == (0.5, 1.0)
+    external = Run({**base, "idf_corpus": "external", "idf_external": "beir:scifact"}, profile({"x": 2.0}), "ext")
+    assert changed(external, runs[0]) == {"idf_corpus": "external (beir:scifact)"}
+    assert value_range([*runs, external], runs[0], "idf_corpus", "x", "composite_logdet") == (1.0, 2.0)
     with pytest.raises(ValueError, match="distinct runs match"):
         find_base(runs[1:3], {"tokenizer": "alnum"})
 

@@ -25,7 +25,6 @@ from .agreement import ordering
 FACTORS: dict[str, Any] = {
     "tokenizer": None,
     "idf_corpus": None,
-    "idf_external": None,
     "sample_fraction": 1.0,
     "tau": None,
     "backbone": None,
@@ -43,7 +42,11 @@ class Run:
     folder: str = ""
 
     def factor(self, name: str) -> Any:
-        return self.settings.get(name, FACTORS.get(name))
+        """The run's value of ``name``; an external IDF corpus is ``external`` plus its collection."""
+        value = self.settings.get(name, FACTORS.get(name))
+        if name == "idf_corpus" and value == "external" and "idf_external" in self.settings:
+            return f"external ({self.settings['idf_external']})"
+        return value
 
 
 def changed(run: Run, base: Run) -> dict[str, Any]:

@@ -81,7 +81,7 @@ class Table:
             for i in range(self.groups):
                 if cells[: i + 1] == previous[: i + 1]:
                     shown[i] = ""
-            previous = cells[: self.groups] + [None] * 0
+            previous = cells[: self.groups]
             out.append(shown)
         return out
 
