@@ -3,6 +3,7 @@ traces that resolve to the artifacts, determinism, the sensitivity collector, an
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -203,3 +204,14 @@ def test_table_formats_and_bold():
     assert table.to_csv().splitlines() == ["Model,Source,Score", "M,bm25,0.5", "M,dense,"]
     assert list(table.trace()["locator"]) == ["r1", "r2"]
     assert source_label("bm25+dense") == "BM25+Dense" and source_label("easy_shuffled") == "Easy shuffled"
+
+
+def test_audit_sample_fraction_is_reported(tmp_path):
+    out = tmp_path / "half"
+    run_cli("audit", "diagnostics=lexical", "sample_fraction=0.5", "bootstrap.resamples=50", f"output_dir={out}")
+    profile = pd.read_csv(out / "profile.csv")
+    assert (profile["n_records"] == 32).all()  # the demo's 64 queries, halved, the same for every source
+    records = pd.read_csv(out / "records.csv")
+    assert records.groupby("source")["qid"].apply(frozenset).nunique() == 1
+    settings = json.loads((out / "profile.json").read_text())["settings"]
+    assert settings["sample_fraction"] == 0.5 and settings["records_sampled_out"] == 3 * 32
