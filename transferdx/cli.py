@@ -515,7 +515,9 @@ def write_tables(cfg: DictConfig, folder: Path) -> dict[str, Any]:
                 s["study"],
                 s["profile"],
                 s["profile_json"],
-                pd.read_csv(Path(s["folder"]) / "audit/negatives.csv") if i == 0 else None,
+                pd.read_csv(Path(s["folder"]) / "audit/negatives.csv", dtype={"qid": str, "neg_id": str})
+                if i == 0
+                else None,
             )
             for i, s in enumerate(studies)
         ),

@@ -133,7 +133,11 @@ def sensitivity(
                         "run": run.folder,
                     }
                 )
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    if not len(frame):
+        return frame
+    order = frame.assign(_base=frame["factor"] != "base").sort_values(["_base", "factor", "value"], kind="stable")
+    return order.drop(columns="_base").reset_index(drop=True)
 
 
 def value_range(runs: Sequence[Run], base: Run, factor: str, source: str, column: str) -> tuple[float, float]:
