@@ -2,7 +2,8 @@
 # The small study end to end on a CPU, offline (make small-study):
 #   1. the sources, built once (SciFact train; conf/experiment/small_sources.yaml, controls left out);
 #   2. sensitivity audits of those fixed sources, one factor changed per sweep: sample fraction,
-#      tokenizer, IDF corpus, temperature, and (ENCODERS=mpnet_base, slow on CPU) the encoder;
+#      tokenizer, IDF corpus, temperature, and (ENCODERS=mpnet_base, slow on CPU) the encoder,
+#      with ENCODER_ARGS for that audit (e.g. "sample_fraction=0.25 backbone.max_seq_length=128");
 #   3. transferdx-study: sources → audit → train → evaluate → agree → match → tables, the tables
 #      reading the sensitivity audits for Tables 8–9 and the sensitivity table.
 # Usage: bash experiments/small_study.sh [OUT]   (BIN: folder of the console scripts, default .venv/bin)
@@ -17,7 +18,8 @@ audit tokenizer=whitespace,backbone "hydra.sweep.dir=$S/tokenizer"
 audit idf=per_source,external "hydra.sweep.dir=$S/idf"
 audit diagnostics.tau=0.02,0.1 "hydra.sweep.dir=$S/tau"
 if [ -n "${ENCODERS:-}" ]; then
-  audit "backbone=$ENCODERS" "hydra.sweep.dir=$S/encoder"
+  # shellcheck disable=SC2086  # ENCODER_ARGS is a list of overrides
+  audit "backbone=$ENCODERS" ${ENCODER_ARGS:-} "hydra.sweep.dir=$S/encoder"
 fi
 "$BIN/transferdx-study" +experiment=small_study "hydra.run.dir=$OUT" \
   "analysis.sensitivity_dirs=[$S/sample_fraction,$S/tokenizer,$S/idf,$S/tau${ENCODERS:+,$S/encoder}]" \

@@ -164,15 +164,30 @@ def _csv_value(item: Any) -> str:
     return str(v)
 
 
+# Longest first: a barred letter before the letter, the norm before its parts.
+_LATEX_SYMBOLS = (
+    ("ρ̄", "$\\bar{\\rho}$"),
+    ("η̄", "$\\bar{\\eta}$"),
+    ("ψ̄", "$\\bar{\\psi}$"),
+    ("‖g‖²", "$\\|g\\|_2^2$"),
+    ("ρ", "$\\rho$"),
+    ("η", "$\\eta$"),
+    ("ψ", "$\\psi$"),
+    ("τ", "$\\tau$"),
+    ("≤", "$\\leq$"),
+    ("≥", "$\\geq$"),
+    ("↑", "$\\uparrow$"),
+    ("<", "$<$"),
+    (">", "$>$"),
+)
 _LATEX_ESCAPES = {"\\": "\\textbackslash{}", "&": "\\&", "%": "\\%", "#": "\\#", "_": "\\_", "$": "\\$"}
 
 
 def _latex(text: str, keep_bold: bool = False) -> str:
     if keep_bold and text.startswith("\\textbf{") and text.endswith("}"):
         return "\\textbf{" + _latex(text[len("\\textbf{") : -1]) + "}"
-    symbols = {"ρ": "$\\rho$", "η": "$\\eta$", "ψ": "$\\psi$", "τ": "$\\tau$", "≤": "$\\leq$", "≥": "$\\geq$"}
     out = "".join(_LATEX_ESCAPES.get(ch, ch) for ch in text)
-    for k, v in {**symbols, "<": "$<$", ">": "$>$", "‖g‖²": "$\\|g\\|_2^2$"}.items():
+    for k, v in _LATEX_SYMBOLS:
         out = out.replace(k, v)
     return out
 
