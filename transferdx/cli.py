@@ -498,9 +498,9 @@ def write_tables(cfg: DictConfig, folder: Path) -> dict[str, Any]:
     root = Path(os.path.commonpath([str(p.resolve()) for p in inputs]))
 
     def rel(path: str | Path) -> str:
-        """Inputs relative to their common root (manifest.json); the tables folder's own files as ./…"""
+        """Inputs relative to their common root (manifest.json); the tables folder's own files as <tables>/…"""
         inside = Path(path).resolve().is_relative_to(folder.resolve())
-        return "./" + relative(path, folder.resolve()) if inside else relative(path, root)
+        return "<tables>/" + relative(path, folder.resolve()) if inside else relative(path, root)
 
     blocks = OmegaConf.to_container(cfg.blocks)
     runs = tuple(Run(r.settings, r.profile, rel(r.folder)) for r in map(read_audit, sens_paths))
