@@ -660,7 +660,7 @@ def sensitivity_table(a: Artifacts, frame: pd.DataFrame, artifact: str) -> Table
         rows.append(
             [
                 r["factor"],
-                str(r["value"]) + (f" ({r['family']}-family)" if r["factor"] == "backbone" and r["family"] else ""),
+                str(r["value"]) + (f" ({r['family']}-family)" if "backbone" in r["factor"].split("+") and r["family"] else ""),
                 _setting_label(r["block"]),
                 r["diagnostic"],
                 " > ".join(source_label(s) for s in r["ordering"].split(">")),
