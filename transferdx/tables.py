@@ -653,6 +653,11 @@ def table10(a: Artifacts) -> Table:
     )
 
 
+def family_shown(row: Mapping[str, Any]) -> bool:
+    """Whether a sensitivity row changes the encoder and knows the trained backbone."""
+    return "backbone" in str(row["factor"]).split("+") and bool(row["family"])
+
+
 def sensitivity_table(a: Artifacts, frame: pd.DataFrame, artifact: str) -> Table:
     """All sensitivity runs in one table: factor, value, setting, diagnostic, ordering, Kendall τ."""
     rows = []
@@ -660,7 +665,7 @@ def sensitivity_table(a: Artifacts, frame: pd.DataFrame, artifact: str) -> Table
         rows.append(
             [
                 r["factor"],
-                str(r["value"]) + (f" ({r['family']}-family)" if "backbone" in r["factor"].split("+") and r["family"] else ""),
+                str(r["value"]) + (f" ({r['family']}-family)" if family_shown(r) else ""),
                 _setting_label(r["block"]),
                 r["diagnostic"],
                 " > ".join(source_label(s) for s in r["ordering"].split(">")),
