@@ -1,4 +1,5 @@
-"""Reading study folders for the analysis commands (I/O edge of ``agreement`` and ``matching``).
+"""Reading study and audit folders for the analysis commands (the I/O edge of ``agreement``,
+``matching``, ``sensitivity`` and ``tables``).
 
 A study folder (``transferdx-study`` output) holds ``study.csv`` (one row per backbone × source ×
 dataset with the diagnostics and nDCG@10), ``audit/profile.csv``, ``audit/records.csv`` and
