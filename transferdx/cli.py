@@ -473,6 +473,14 @@ def run_match(cfg: DictConfig) -> Path:
     return folder
 
 
+def _read_optional_csv(path: Path) -> pd.DataFrame | None:
+    """A CSV the analysis wrote, or None when it is empty (no block had two sources)."""
+    try:
+        return pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        return None
+
+
 def write_tables(cfg: DictConfig, folder: Path) -> dict[str, Any]:
     """Agreement and matching (read from ``agree_dir``/``match_dir`` or computed and stored under
     ``folder``), the sensitivity collection, then every table in three formats with its cell trace,
@@ -504,9 +512,9 @@ def write_tables(cfg: DictConfig, folder: Path) -> dict[str, Any]:
 
     blocks = OmegaConf.to_container(cfg.blocks)
     runs = tuple(Run(r.settings, r.profile, rel(r.folder)) for r in map(read_audit, sens_paths))
-    agreement = pd.read_csv(agree_dir / "agreement.csv") if (agree_dir / "agreement.csv").stat().st_size > 1 else None
-    matched = pd.read_csv(match_dir / "matched.csv") if (match_dir / "matched.csv").stat().st_size > 1 else None
-    balance = pd.read_csv(match_dir / "balance.csv") if (match_dir / "balance.csv").stat().st_size > 1 else None
+    agreement = _read_optional_csv(agree_dir / "agreement.csv")
+    matched = _read_optional_csv(match_dir / "matched.csv")
+    balance = _read_optional_csv(match_dir / "balance.csv")
     artifacts = Artifacts(
         studies=tuple(
             Study(
@@ -603,7 +611,7 @@ def evaluate_main() -> None:
 
 
 def study_main() -> None:
-    """``transferdx-study``: sources → audit → train → evaluate."""
+    """``transferdx-study``: sources → audit → train → evaluate → agree → match → tables."""
     _hydra_entry("study", run_study)
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from .report import KIND_COLOURS, _png
-from .tables import Artifacts, source_label
+from .tables import Artifacts, mean_ndcg, source_label
 
 LADDER = ("random_mix_25", "random_mix_50", "random_mix_75", "random_mix_100")
 PROFILE_STATS = (
@@ -19,6 +19,7 @@ PROFILE_STATS = (
     ("psi_mean", "psi", "ψ"),
     ("inversion_rate", "inversion_rate", "inversion"),
 )
+
 
 def _pyplot() -> Any:
     import matplotlib
@@ -34,8 +35,8 @@ def agreement_scatter(a: Artifacts) -> bytes:
     plt = _pyplot()
     blocks = []
     for study in a.studies:
-        transfer = study.results.groupby("source")["ndcg@10"].mean()
-        for setting, members in a.block_sources(study, [s for s in transfer.index if s in study.profile.index]):
+        transfer = pd.Series(mean_ndcg(study))
+        for setting, members in a.block_sources([s for s in transfer.index if s in study.profile.index]):
             if len(members) >= 2:
                 blocks.append((study, setting, members, transfer))
     diags = [d for d in a.diagnostics if any(d in s.profile.columns for s in a.studies)]

@@ -230,10 +230,7 @@ class Artifacts:
     def label(self, name: str) -> str:
         return str(self.labels.get(name, name))
 
-    def setting(self, source: str) -> str | None:
-        return next((b for b, members in self.blocks.items() if source in members), None)
-
-    def block_sources(self, study: Study, present: Sequence[str]) -> list[tuple[str, list[str]]]:
+    def block_sources(self, present: Sequence[str]) -> list[tuple[str, list[str]]]:
         """(setting, its sources present in ``present``, in config order) for non-empty settings."""
         out = [(b, [s for s in members if s in present]) for b, members in self.blocks.items()]
         return [(b, m) for b, m in out if m]
@@ -257,7 +254,8 @@ def _bold_max(rows: list[list[Any]], columns: Sequence[int], groups: Sequence[An
                         rows[i][c] = Cell(**{**rows[i][c].__dict__, "bold": True})
 
 
-def _mean_ndcg(study: Study) -> dict[str, float]:
+def mean_ndcg(study: Study) -> dict[str, float]:
+    """Mean nDCG@10 over datasets per source (the transfer outcome)."""
     return study.results.groupby("source")["ndcg@10"].mean().to_dict()
 
 
@@ -277,7 +275,7 @@ def table1(a: Artifacts) -> Table:
     rows, groups = [], []
     for study in a.studies:
         present = list(dict.fromkeys(study.results["source"]))
-        for setting, members in a.block_sources(study, present):
+        for setting, members in a.block_sources(present):
             for source in members:
                 sel = study.results[study.results["source"] == source]
                 row: list[Any] = [a.label(study.backbone), _setting_label(setting), source_label(source)]
@@ -310,12 +308,12 @@ def table1(a: Artifacts) -> Table:
 def table2(a: Artifacts) -> Table:
     """Mean ψ per source and mean nDCG@10 per backbone."""
     first = a.studies[0]
+    means = [mean_ndcg(study) for study in a.studies]
     rows = []
-    for _, members in a.block_sources(first, list(first.profile.index)):
+    for _, members in a.block_sources(list(first.profile.index)):
         for source in members:
             row: list[Any] = [source_label(source), _profile_cell(first, source, "psi_mean")]
-            for study in a.studies:
-                mean = _mean_ndcg(study)
+            for study, mean in zip(a.studies, means, strict=True):
                 row.append(
                     Cell(
                         mean.get(source, float("nan")),
@@ -333,22 +331,27 @@ def table2(a: Artifacts) -> Table:
     )
 
 
-def _block_rows(a: Artifacts, columns: Sequence[tuple[str, int]]) -> tuple[list[list[Any]], list[Any]]:
-    rows, groups = [], []
+def _block_rows(
+    a: Artifacts, columns: Sequence[tuple[str, int]]
+) -> tuple[list[list[Any]], list[Any], list[tuple[Study, str]]]:
+    """Rows (backbone, setting, source, profile columns) of every trained source, their bold groups,
+    and the (study, source) each row is about."""
+    rows, groups, about = [], [], []
     for study in a.studies:
         trained = set(study.results["source"])
-        for setting, members in a.block_sources(study, [s for s in study.profile.index if s in trained]):
+        for setting, members in a.block_sources([s for s in study.profile.index if s in trained]):
             for source in members:
                 row: list[Any] = [a.label(study.backbone), _setting_label(setting), source_label(source)]
                 row += [_profile_cell(study, source, c, digits=d) for c, d in columns]
                 rows.append(row)
                 groups.append((study.backbone, setting))
-    return rows, groups
+                about.append((study, source))
+    return rows, groups, about
 
 
 def table3(a: Artifacts) -> Table:
     """Frozen target-backbone diagnostics: composite, gradient energy, MNRL proxy, any-of-K inversion."""
-    rows, groups = _block_rows(
+    rows, groups, _ = _block_rows(
         a, [("composite_logdet", 4), ("energy_mean", 2), ("loss_mean", 3), ("inversion_rate", 3)]
     )
     _bold_max(rows, range(3, 7), groups)
@@ -465,7 +468,7 @@ def table6(a: Artifacts) -> Table:
     rows = []
     notes = []
     for study in a.studies:
-        in_blocks = [s for _, members in a.block_sources(study, list(study.profile.index)) for s in members]
+        in_blocks = [s for _, members in a.block_sources(list(study.profile.index)) for s in members]
         for source in [*in_blocks, *(s for s in study.profile.index if s not in in_blocks)]:
             flags = study.profile.loc[source, "flags"] if "flags" in study.profile.columns else ""
             flags = "none" if not isinstance(flags, str) or not flags else flags.replace(";", ", ")
@@ -497,10 +500,9 @@ def table6(a: Artifacts) -> Table:
 
 def table7(a: Artifacts) -> Table:
     """In-family composite and composite per embedding dimension."""
-    rows, groups = _block_rows(a, [("composite_logdet", 4)])
-    for row, (backbone, _) in zip(rows, groups, strict=True):
-        profile = next(s for s in a.studies if s.backbone == backbone).profile
-        source = row[3].locator.split(";")[0].removeprefix("source=")
+    rows, groups, about = _block_rows(a, [("composite_logdet", 4)])
+    for row, (study, source) in zip(rows, about, strict=True):
+        profile = study.profile
         dim = float(profile.loc[source, "embedding_dim"]) if "embedding_dim" in profile.columns else float("nan")
         row.append(
             Cell(row[3].value / dim, row[3].artifact, f"source={source}; composite_logdet / embedding_dim", digits=6)
@@ -532,18 +534,16 @@ def table8(a: Artifacts) -> Table:
     )
     column = a.stability_diagnostic
     fractions = [float(r.factor("sample_fraction")) for r in runs]
+    blocks = [(b, m) for b, m in a.block_sources(list(base.profile.index)) if len(m) >= 2]
+    full = {b: {s: float(base.profile.loc[s, column]) for s in present} for b, present in blocks}
     rows = []
-    for setting, members in a.blocks.items():
-        present = [s for s in members if s in base.profile.index]
-        if len(present) < 2:
-            continue
-        full = {s: float(base.profile.loc[s, column]) for s in present}
+    for setting, present in blocks:
         row: list[Any] = [_setting_label(setting)]
         for run in runs:
             values = {s: float(run.profile.loc[s, column]) for s in present if s in run.profile.index}
             row.append(
                 Cell(
-                    kendall(values, full),
+                    kendall(values, full[setting]),
                     f"{run.folder}/profile.csv",
                     f"Kendall tau of {column} over {'/'.join(present)} against {base.folder}/profile.csv",
                 )
@@ -551,13 +551,7 @@ def table8(a: Artifacts) -> Table:
         rows.append(row)
     direction = a.diagnostics.get(column, 1)
     orders = "; ".join(
-        f"{_setting_label(b)}: "
-        + " > ".join(
-            source_label(s)
-            for s in ordering({s: float(base.profile.loc[s, column]) for s in m if s in base.profile.index}, direction)
-        )
-        for b, m in a.blocks.items()
-        if len([s for s in m if s in base.profile.index]) >= 2
+        f"{_setting_label(b)}: " + " > ".join(source_label(s) for s in ordering(full[b], direction)) for b, _ in blocks
     )
     return Table(
         "Table 8",
@@ -574,8 +568,8 @@ def table9(a: Artifacts) -> Table:
     column = a.stability_diagnostic
     rows = []
     artifact = f"{base.folder}/profile.csv"
-    for setting, members in a.blocks.items():
-        for source in [s for s in members if s in base.profile.index]:
+    for setting, members in a.block_sources(list(base.profile.index)):
+        for source in members:
             row: list[Any] = [_setting_label(setting), source_label(source)]
             row.append(
                 Cell(float(base.profile.loc[source, column]), artifact, f"source={source}; column={column}", digits=4)
@@ -624,7 +618,7 @@ def table10(a: Artifacts) -> Table:
     neg = study.negatives
     rows = []
     artifact = f"{study.folder}/audit/negatives.csv"
-    for setting, members in a.block_sources(study, list(dict.fromkeys(neg["source"]))):
+    for setting, members in a.block_sources(list(dict.fromkeys(neg["source"]))):
         for source in members:
             part = neg[neg["source"] == source]
             judged = part["judgment"].notna().any()
