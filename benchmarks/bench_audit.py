@@ -14,10 +14,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from transferdx.audit import SemanticSettings, audit, background_texts
+from transferdx.auditing.core import SemanticSettings, audit, background_texts
+from transferdx.diagnostics.tokens import alnum
 from transferdx.embed import EmbeddingCache, EncoderSpec, resolve_model
-from transferdx.loaders import load_trec_dl
-from transferdx.text import alnum
+from transferdx.inputs.formats import load_trec_dl
 
 
 def main() -> None:

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from transferdx.loaders import load_beir
-from transferdx.sources import topk_chunked
+from transferdx.embed import topk_chunked
+from transferdx.inputs.formats import load_beir
 
 
 def bench_bm25(data_dir: Path, k: int = 10) -> None:

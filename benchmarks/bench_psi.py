@@ -19,15 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from transferdx.diagnostics.lexical import (
-    document_frequency,
-    idf,
-    negative_residuality,
-    residuality,
-    token_matrices,
-)
-from transferdx.records import Passage, Record
-from transferdx.text import alnum
+from transferdx.diagnostics.lexical import document_frequency, idf, negative_residuality, residuality, token_matrices
+from transferdx.diagnostics.tokens import alnum
+from transferdx.inputs.records import Passage, Record
 
 
 def passage_texts(data_dir: Path) -> list[str]:

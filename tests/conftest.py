@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from transferdx.records import Passage, Record
+from transferdx.inputs.records import Passage, Record
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -7,8 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.stats
-
-from transferdx.agreement import (
+from transferdx.analysis.agreement import (
     block_agreement,
     blocks_recovered,
     ordering,
@@ -16,7 +15,7 @@ from transferdx.agreement import (
     rank_agreement,
     transfer_ordering_uncertainty,
 )
-from transferdx.matching import match, matched_sample, max_smd, psi_bins
+from transferdx.analysis.matching import match, matched_sample, max_smd, psi_bins
 
 
 def test_block_agreement_equals_scipy():

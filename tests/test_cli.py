@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from transferdx.auditing.profiles import PROFILE_COLUMNS
 from transferdx.cli import config_dir
-from transferdx.profiles import PROFILE_COLUMNS
 
 from .conftest import run_cli
 
@@ -86,8 +86,8 @@ def test_dl19_audit_all_six_runs(tmp_path, data):
 
 
 def test_records_input_and_sweepable_groups(tmp_path, data):
-    from transferdx.loaders import load_flagembedding
-    from transferdx.records import write_records
+    from transferdx.inputs.formats import load_flagembedding
+    from transferdx.inputs.records import write_records
 
     records = tmp_path / "in"
     write_records(

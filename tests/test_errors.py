@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from transferdx.loaders import load_flagembedding, load_ntuple, load_st_hard_negatives, load_trec_dl
-from transferdx.records import OWN_POSITIVE_RELATION, InputError, read_records
+from transferdx.inputs.formats import load_flagembedding, load_ntuple, load_st_hard_negatives, load_trec_dl
+from transferdx.inputs.records import OWN_POSITIVE_RELATION, InputError, read_records
 
 GOOD = {
     "qid": "1",

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transferdx.diagnostics.lexical import IDF_CORPORA, get_idf_corpus, idf, negative_residuality
-from transferdx.text import alnum, get_tokenizer, token_stream, whitespace
+from transferdx.diagnostics.tokens import alnum, get_tokenizer, token_stream, whitespace
 
 from .conftest import record
 

@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from transferdx.loaders import (
+from transferdx.inputs.formats import (
     LOADERS,
     load,
     load_beir,
@@ -21,7 +21,7 @@ from transferdx.loaders import (
     parse_slice,
     read_id_text_tsv,
 )
-from transferdx.records import read_records, write_records
+from transferdx.inputs.records import read_records, write_records
 
 DL19_RUNS = ["BM25", "BM25_RM3", "D_BERT_KD_TASB", "OPEN_AI_ADA2", "REP_LLAMA", "SPLADE_P_P_ENSEMBLE_DISTIL"]
 

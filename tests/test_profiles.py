@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 import scipy.stats
 
-from transferdx.audit import audit
-from transferdx.profiles import PROFILE_COLUMNS, bootstrap_mean_ci, profile_sources
-from transferdx.records import Exclusion, LoadResult
-from transferdx.text import alnum
+from transferdx.auditing.core import audit
+from transferdx.auditing.profiles import PROFILE_COLUMNS, bootstrap_mean_ci, profile_sources
+from transferdx.diagnostics.tokens import alnum
+from transferdx.inputs.records import Exclusion, LoadResult
 
 from .conftest import record
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy.special import expit
 
-from transferdx.composite import CompositeSettings, composite, residuals, weighted_scatter
+from transferdx.diagnostics.composite import CompositeSettings, composite, residuals, weighted_scatter
 from transferdx.diagnostics.semantic import BandCuts, bands, eta, hardness, in_batch_scores, record_scores, rho
 
 TAU = 0.05

@@ -11,22 +11,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transferdx.audit import audit
-from transferdx.controls import CONTROLS, build_control, derangement, random_mix
-from transferdx.loaders import QuerySet, load_trec_dl_query_set
-from transferdx.perturb import PERTURBATIONS, perturb
-from transferdx.records import OWN_POSITIVE_RELATION, LoadResult
-from transferdx.sources import (
-    BuildContext,
-    bm25_ranking,
-    build_sources,
-    demo_query_set,
-    hybrid,
-    mine_bm25,
-    mine_dense,
-    topk_chunked,
-)
-from transferdx.text import alnum
+from transferdx.auditing.core import audit
+from transferdx.diagnostics.tokens import alnum
+from transferdx.embed import topk_chunked
+from transferdx.inputs.formats import QuerySet, load_trec_dl_query_set
+from transferdx.inputs.records import OWN_POSITIVE_RELATION, LoadResult
+from transferdx.sources.build import build_sources, hybrid
+from transferdx.sources.context import BuildContext
+from transferdx.sources.controls import CONTROLS, build_control, derangement, random_mix
+from transferdx.sources.demo import demo_query_set
+from transferdx.sources.miners import bm25_ranking, mine_bm25, mine_dense
+from transferdx.sources.perturb import PERTURBATIONS, perturb
 
 
 class FakeEncoder:

@@ -11,10 +11,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.stats
+from transferdx.analysis.sensitivity import Run, changed, find_base, kendall, sensitivity, value_range
 
-from transferdx.records import LoadResult, sample_queries
-from transferdx.sensitivity import Run, changed, find_base, kendall, sensitivity, value_range
-from transferdx.tables import Cell, Table, source_label
+from transferdx.inputs.records import LoadResult, sample_queries
+from transferdx.paper.tables import Cell, Table, source_label
 
 from .conftest import REPO, record, run_cli
 from .synthetic import write_all

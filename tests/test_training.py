@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from transferdx.records import Passage, Record
+from transferdx.inputs.records import Passage, Record
 from transferdx.training import TrainSettings, train, training_columns
 
 from .tiny import WORDS, tiny_model

@@ -1,6 +1,6 @@
 """transferdx: audit hard-negative sources for dense-retriever training before training on them."""
 
-from .records import Exclusion, InputError, LoadResult, Passage, Record
+from transferdx.inputs.records import Exclusion, InputError, LoadResult, Passage, Record
 
 __version__ = "0.1.0"
 

@@ -12,25 +12,21 @@ from typing import Any
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from .artifacts import atomic_write_text, canonical_json, safe_join
-from .audit import SemanticSettings
-from .composite import CompositeSettings
-from .controls import CONTROLS
-from .diagnostics.semantic import BandCuts
-from .embed import EmbeddingCache, EncoderSpec
-from .loaders import (
-    LOADERS,
-    QuerySet,
-    load_beir,
-    load_beir_corpus_texts,
+from transferdx.artifacts import atomic_write_text, canonical_json, safe_join
+from transferdx.auditing.core import SemanticSettings
+from transferdx.auditing.report import EXCLUSION_COLUMNS
+from transferdx.diagnostics.composite import CompositeSettings
+from transferdx.diagnostics.semantic import BandCuts
+from transferdx.diagnostics.tokens import get_tokenizer
+from transferdx.embed import EmbeddingCache, EncoderSpec
+from transferdx.inputs.formats import (
     load_trec_dl,
-    load_trec_dl_query_set,
-    read_id_text_tsv,
 )
-from .records import LoadResult, read_records, sample_queries, write_source_folder
-from .report import EXCLUSION_COLUMNS
-from .sources import BuildContext, build_sources, demo_query_set, demo_sources
-from .text import get_tokenizer
+from transferdx.inputs.records import LoadResult, read_records, sample_queries, write_source_folder
+from transferdx.inputs.registry import DATASETS, EXTERNAL_CORPORA, QUERY_SETS
+from transferdx.sources.build import build_sources
+from transferdx.sources.context import BuildContext
+from transferdx.sources.controls import CONTROLS
 
 
 def config_dir() -> str:
@@ -42,27 +38,11 @@ def config_dir() -> str:
     raise FileNotFoundError(f"transferdx configuration folder not found next to {here}")
 
 
-def _demo(on_error: str = "raise", k: int = 8, seed: int = 0, **_: Any) -> LoadResult:
-    return demo_sources(k=k, seed=seed, on_error=on_error)
 
 
-# Inputs the audit can read: the demo plus every loader format.
-DATASETS: dict[str, Callable[..., LoadResult]] = {"demo": _demo, **LOADERS}
-
-# External IDF corpora: a format name → a reader returning the collection's passage texts.
-EXTERNAL_CORPORA: dict[str, Callable[[str], list[str]]] = {
-    "beir": lambda path: load_beir_corpus_texts(path),
-    "tsv": lambda path: list(read_id_text_tsv(path).values()),
-    "records": lambda path: sorted({p.text for r in read_records(path).records for p in (*r.positives, *r.negatives)}),
-}
 
 
-# Query sets (queries, positives, pool) that sources are built from.
-QUERY_SETS: dict[str, Callable[..., QuerySet]] = {
-    "beir": lambda root, split="train", **_: load_beir(root, split=split),
-    "trec_dl_pool": lambda root, relevant_grade=2, **_: load_trec_dl_query_set(root, relevant_grade=relevant_grade),
-    "demo_pool": lambda **_: demo_query_set(),
-}
+
 
 
 def _data_options(cfg: DictConfig) -> tuple[str, dict[str, Any]]:
@@ -165,8 +145,8 @@ def build_encoder(cfg: DictConfig) -> EmbeddingCache | None:
 
 def run_audit(cfg: DictConfig) -> Path:
     """Load, audit, write artifacts, print the profile. Returns the output folder."""
-    from .audit import FlagSettings, audit
-    from .report import write_audit
+    from transferdx.auditing.core import FlagSettings, audit
+    from transferdx.auditing.report import write_audit
 
     started = time.perf_counter()
     encoder = build_encoder(cfg)
@@ -270,8 +250,8 @@ def _spec(cfg: DictConfig) -> EncoderSpec:
 
 def train_one(cfg: DictConfig, source: str, records: list, progress: bool = True):
     """Train (or skip when already trained) one (backbone, source, seed) into the artifact store."""
-    from .embed import resolve_model
-    from .training import TrainSettings, run_key, train
+    from transferdx.embed import resolve_model
+    from transferdx.training import TrainSettings, run_key, train
 
     spec = _spec(cfg)
     settings = TrainSettings.from_config(OmegaConf.to_container(cfg.training, resolve=True))  # type: ignore[arg-type]
@@ -308,7 +288,7 @@ def run_train(cfg: DictConfig) -> Path:
 
 
 def _datasets(cfg: DictConfig):
-    from .evaluation import load_beir_split
+    from transferdx.evaluation import load_beir_split
 
     bench = cfg.benchmark
     for entry in bench.datasets:
@@ -322,7 +302,7 @@ def _datasets(cfg: DictConfig):
 
 def evaluate_model(cfg: DictConfig, spec: EncoderSpec, out: Path) -> list[dict[str, Any]]:
     """Evaluate one encoder on every benchmark dataset; writes metrics.json, per_query.csv, run.trec."""
-    from .evaluation import evaluate
+    from transferdx.evaluation import evaluate
 
     encoder = EmbeddingCache(spec, Path(str(cfg.paths.cache_dir)))
     rows = []
@@ -345,7 +325,7 @@ def evaluate_model(cfg: DictConfig, spec: EncoderSpec, out: Path) -> list[dict[s
 
 def run_evaluate(cfg: DictConfig) -> Path:
     """``transferdx-evaluate``: a checkpoint (``model=PATH``) or the frozen backbone on the benchmark."""
-    from .training import checkpoint_spec
+    from transferdx.training import checkpoint_spec
 
     started = time.perf_counter()
     spec = checkpoint_spec(str(cfg.model)) if cfg.get("model") else _spec(cfg)
@@ -358,9 +338,9 @@ def run_evaluate(cfg: DictConfig) -> Path:
 
 def run_study(cfg: DictConfig) -> Path:
     """``transferdx-study``: build sources, audit them, train one retriever per source, evaluate."""
-    from .audit import FlagSettings, audit
-    from .report import write_audit
-    from .training import checkpoint_spec
+    from transferdx.auditing.core import FlagSettings, audit
+    from transferdx.auditing.report import write_audit
+    from transferdx.training import checkpoint_spec
 
     started = time.perf_counter()
     out = Path(cfg.output_dir)
@@ -429,14 +409,14 @@ def write_matching(out: dict[str, pd.DataFrame], folder: Path) -> None:
 
 
 def _agree(cfg: DictConfig, studies: list[dict[str, Any]]) -> dict[str, Any]:
-    from .analysis import agree
+    from transferdx.analysis.studies import agree
 
     blocks = OmegaConf.to_container(cfg.blocks)
     return agree(studies, blocks, dict(cfg.diagnostics), int(cfg.resamples), int(cfg.seed), float(cfg.alpha))  # type: ignore[arg-type]
 
 
 def _match(cfg: DictConfig, studies: list[dict[str, Any]]) -> dict[str, pd.DataFrame]:
-    from .analysis import match_studies
+    from transferdx.analysis.studies import match_studies
 
     blocks = OmegaConf.to_container(cfg.blocks)
     statistics = dict(cfg.statistics)
@@ -444,7 +424,7 @@ def _match(cfg: DictConfig, studies: list[dict[str, Any]]) -> dict[str, pd.DataF
 
 
 def _studies(cfg: DictConfig) -> list[dict[str, Any]]:
-    from .analysis import expand, read_study
+    from transferdx.analysis.studies import expand, read_study
 
     return [read_study(d) for d in expand(list(cfg.study_dirs), "study.csv")]
 
@@ -488,10 +468,10 @@ def write_tables(cfg: DictConfig, folder: Path) -> dict[str, Any]:
     import json
     import os
 
-    from .analysis import expand, read_audit
-    from .figures import FIGURES
-    from .sensitivity import Run, sensitivity
-    from .tables import Artifacts, Study, Table, relative, render
+    from transferdx.analysis.sensitivity import Run, sensitivity
+    from transferdx.analysis.studies import expand, read_audit
+    from transferdx.paper.figures import FIGURES
+    from transferdx.paper.tables import Artifacts, Study, Table, relative, render
 
     studies = _studies(cfg)
     agree_dir = Path(cfg.agree_dir) if cfg.get("agree_dir") else safe_join(folder, "agree")
@@ -564,7 +544,7 @@ def write_tables(cfg: DictConfig, folder: Path) -> dict[str, Any]:
         combined.append("Not rendered:\n\n" + "".join(f"- {k}: {v}\n" for k, v in skipped.items()))
     atomic_write_text(safe_join(folder, "tables.md"), "\n".join(combined))
     if cfg.get("figures"):
-        from .artifacts import atomic_write_bytes
+        from transferdx.artifacts import atomic_write_bytes
 
         for name, plot in FIGURES.items():
             atomic_write_bytes(safe_join(folder, f"figures/{name}.png"), plot(artifacts))
@@ -587,7 +567,7 @@ def run_tables(cfg: DictConfig) -> Path:
 def _hydra_entry(config_name: str, run: Callable[[DictConfig], Path]) -> None:
     import hydra
 
-    from .records import InputError
+    from transferdx.inputs.records import InputError
 
     @hydra.main(config_path=config_dir(), config_name=config_name, version_base="1.3")
     def _main(cfg: DictConfig) -> None:

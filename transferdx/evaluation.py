@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .sources import topk_chunked
+from transferdx.embed import topk_chunked
 
 METRICS = {"ndcg": "ndcg_cut", "recall": "recall", "map": "map_cut"}
 
@@ -34,7 +34,7 @@ def load_beir_split(folder: str | Path, split: str = "test", max_queries: int | 
     """A BEIR folder through beir's ``GenericDataLoader``; optionally a seeded subset of queries."""
     from beir.datasets.data_loader import GenericDataLoader
 
-    from .loaders import _require
+    from transferdx.inputs.formats import _require
 
     folder = _require(folder, "folder")
     corpus, queries, qrels = GenericDataLoader(data_folder=str(folder)).load(split=split)

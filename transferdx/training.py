@@ -16,9 +16,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .artifacts import atomic_write_text, canonical_json, content_hash
-from .embed import EncoderSpec, _load_sentence_transformer, resolve_model
-from .records import Record
+from transferdx.artifacts import atomic_write_text, canonical_json, content_hash
+from transferdx.embed import EncoderSpec, _load_sentence_transformer, resolve_model
+from transferdx.inputs.records import Record
 
 
 @dataclass(frozen=True)

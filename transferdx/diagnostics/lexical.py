@@ -21,8 +21,8 @@ import pandas as pd
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 
-from ..records import Record
-from ..text import Tokenizer, token_stream
+from transferdx.diagnostics.tokens import Tokenizer, token_stream
+from transferdx.inputs.records import Record
 
 PROGRESS_MIN = 200_000  # show a progress bar when tokenising at least this many texts
 CHUNK = 50_000  # texts tokenised per block (bounds memory on large collections)

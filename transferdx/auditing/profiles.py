@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .records import Exclusion
+from transferdx.inputs.records import Exclusion
 
 # The profile's column contract: later versions add columns, never rename these.
 PROFILE_COLUMNS = [

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .agreement import ordering
+from transferdx.analysis.agreement import ordering
 
 
 def psi_bins(psi: np.ndarray, n_bins: int) -> np.ndarray:

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .report import KIND_COLOURS, _png
-from .tables import Artifacts, mean_ndcg, source_label
+from transferdx.auditing.report import KIND_COLOURS, _png
+from transferdx.paper.tables import Artifacts, mean_ndcg, source_label
 
 LADDER = ("random_mix_25", "random_mix_50", "random_mix_75", "random_mix_100")
 PROFILE_STATS = (

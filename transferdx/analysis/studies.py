@@ -16,9 +16,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .agreement import blocks_recovered, ordering, paired_tests, rank_agreement, transfer_ordering_uncertainty
-from .matching import match
-from .sensitivity import Run
+from transferdx.analysis.agreement import (
+    blocks_recovered,
+    ordering,
+    paired_tests,
+    rank_agreement,
+    transfer_ordering_uncertainty,
+)
+from transferdx.analysis.matching import match
+from transferdx.analysis.sensitivity import Run
 
 
 def expand(folders: Sequence[str | Path], marker: str) -> list[Path]:

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import scipy.stats
 
-from .agreement import ordering
+from transferdx.analysis.agreement import ordering
 
 # Audit settings that a sensitivity sweep varies, with the value a run that omits one has.
 FACTORS: dict[str, Any] = {

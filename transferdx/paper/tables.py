@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .agreement import ordering
-from .sensitivity import Run, changed, find_base, kendall, value_range
+from transferdx.analysis.agreement import ordering
+from transferdx.analysis.sensitivity import Run, changed, find_base, kendall, value_range
 
 SOURCE_NAMES = {"bm25": "BM25", "dense": "Dense", "llm": "LLM", "perturb": "Perturb"}
 DATASET_NAMES = {
@@ -198,7 +198,7 @@ def _latex(text: str, keep_bold: bool = False) -> str:
 
 @dataclass(frozen=True)
 class Study:
-    """One backbone's study folder, read (see :func:`transferdx.analysis.read_study`)."""
+    """One backbone's study folder, read (see :func:`transferdx.analysis.studies.read_study`)."""
 
     backbone: str
     folder: str  # relative to the inputs' root

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from transferdx.artifacts import atomic_write_text, canonical_json, file_hash, safe_join
+
 POLICIES = ("raise", "skip")
 KINDS = ("genuine", "control")
 # A negative whose text equals one of the record's positives is an error, except when the source
@@ -343,7 +345,6 @@ def read_records(path: str | Path, on_error: str = "raise", source: str | None =
         files = [path]
     else:
         raise InputError(path, None, "<path>", "no such file or folder")
-    from .artifacts import file_hash
 
     result = LoadResult()
     seen: set[tuple[str, str]] = set()
@@ -374,7 +375,6 @@ SIDECARS = {"descriptors": "descriptors.json", "false_negatives": "false_negativ
 def write_source_folder(loaded: LoadResult, folder: str | Path) -> list[Path]:
     """One ``<source>.jsonl`` per source plus ``descriptors.json`` and ``false_negatives.json``
     sidecars, all inside ``folder``; ``read_records(folder)`` reads them back."""
-    from .artifacts import atomic_write_text, canonical_json, safe_join
 
     folder = Path(folder)
     written = []
@@ -415,7 +415,6 @@ def _read_sidecars(folder: Path, result: LoadResult) -> None:
 
 def write_records(records: Iterable[Record], path: str | Path) -> None:
     """Write records as JSONL (one object per line, keys in a fixed order)."""
-    from .artifacts import atomic_write_text
 
     lines = [json.dumps(r.to_dict(), ensure_ascii=False) for r in records]
     atomic_write_text(path, "".join(line + "\n" for line in lines))

@@ -17,14 +17,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from .records import OWN_POSITIVE_RELATION, LoadResult, Passage, Record, RecordBuilder
-
-if TYPE_CHECKING:
-    from .sources import BuildContext
+from transferdx.embed import topk_chunked
+from transferdx.inputs.records import OWN_POSITIVE_RELATION, LoadResult, Passage, Record, RecordBuilder
+from transferdx.sources.context import BuildContext, judged, known_positives, positive_passages
 
 
 def _slots(share: float, k: int) -> int:
@@ -57,7 +56,6 @@ def _add(
 
 
 def _pool_passage(ctx: BuildContext, qid: str, pid: str, method: str, relation: str | None = None) -> Passage:
-    from .sources import judged
 
     return Passage(pid, ctx.query_set.pool[pid], method, relation, judgment=judged(ctx.query_set, qid, pid))
 
@@ -80,7 +78,6 @@ def easy_shuffled(
     known: str = "all",
     parent_name: str | None = None,
 ) -> LoadResult:
-    from .sources import judged, known_positives
 
     rng = np.random.default_rng([ctx.seed, 0xE5])
     perm = derangement(len(parent), rng)
@@ -116,7 +113,6 @@ def random_passages(
     known: str = "all",
     parent_name: str | None = None,
 ) -> LoadResult:
-    from .sources import known_positives, positive_passages
 
     rng = np.random.default_rng([ctx.seed, 0x5A])
     pool_ids = sorted(ctx.query_set.pool)
@@ -146,7 +142,6 @@ def neighbor_positive(
     known: str = "all",
     parent_name: str | None = None,
 ) -> LoadResult:
-    from .sources import known_positives, positive_passages, topk_chunked
 
     if ctx.encoder is None:
         raise ValueError("the neighbor_positive control needs an encoder")
@@ -221,7 +216,6 @@ def random_mix(
     parent_name: str | None = None,
     share: float = 0.5,
 ) -> LoadResult:
-    from .sources import known_positives
 
     rng = np.random.default_rng([ctx.seed, 0x3D, round(share * 100)])
     pool_ids = sorted(ctx.query_set.pool)

@@ -13,10 +13,10 @@ from typing import Any
 
 import pandas as pd
 
-from .artifacts import atomic_write_bytes, atomic_write_text, canonical_json, safe_join, write_meta
-from .audit import AuditResult
-from .diagnostics.semantic import BANDS
-from .records import Exclusion
+from transferdx.artifacts import atomic_write_bytes, atomic_write_text, canonical_json, safe_join, write_meta
+from transferdx.auditing.core import AuditResult
+from transferdx.diagnostics.semantic import BANDS
+from transferdx.inputs.records import Exclusion
 
 EXCLUSION_COLUMNS = [f.name for f in fields(Exclusion)]
 FILES = {

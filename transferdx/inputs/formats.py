@@ -1,6 +1,6 @@
 """Readers for the input formats negative sources come in (DESIGN §2), behind one registry.
 
-Every reader validates its input and returns a :class:`~transferdx.records.LoadResult`; errors
+Every reader validates its input and returns a :class:`~transferdx.inputs.records.LoadResult`; errors
 name file, line (or JSON path) and field. ``on_error='skip'`` turns each problem into a counted
 exclusion instead.
 
@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .records import (
+from transferdx.artifacts import file_hash
+from transferdx.inputs.records import (
     InputError,
     LoadResult,
     Passage,
@@ -67,7 +68,6 @@ def slice_text(s: slice) -> str:
 
 
 def _input_descriptor(fmt: str, path: Path) -> dict[str, str]:
-    from .artifacts import file_hash
 
     return {"format": fmt, "file": path.name, "sha256": file_hash(path)}
 

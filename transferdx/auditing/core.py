@@ -12,12 +12,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .artifacts import content_hash
-from .composite import CompositeSettings, composite, weights
-from .diagnostics.lexical import negative_residuality
-from .diagnostics.semantic import BANDS, BandCuts, in_batch_scores, record_scores
-from .embed import EmbeddingCache, text_key
-from .profiles import (
+from transferdx.artifacts import content_hash
+from transferdx.auditing.profiles import (
     AuditProfile,
     apply_flags,
     catch_rate,
@@ -25,8 +21,12 @@ from .profiles import (
     flag_thresholds,
     profile_sources,
 )
-from .records import Exclusion, LoadResult, Record
-from .text import Tokenizer
+from transferdx.diagnostics.composite import CompositeSettings, composite, weights
+from transferdx.diagnostics.lexical import negative_residuality
+from transferdx.diagnostics.semantic import BANDS, BandCuts, in_batch_scores, record_scores
+from transferdx.diagnostics.tokens import Tokenizer
+from transferdx.embed import EmbeddingCache, text_key
+from transferdx.inputs.records import Exclusion, LoadResult, Record
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,52 @@
+"""The embedded demo set (package data written for this package): query set, hand-written
+negatives, and its three sources."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+from transferdx.inputs.formats import QuerySet
+from transferdx.inputs.records import LoadResult, read_records
+from transferdx.sources.context import BuildContext
+from transferdx.sources.controls import random_passages
+from transferdx.sources.miners import mine_bm25
+
+DEMO_FOLDER = "demo"  # inside the transferdx package
+
+
+def demo_query_set() -> QuerySet:
+    """The demo's queries, positives and passage pool."""
+    folder = resources.files("transferdx").joinpath(DEMO_FOLDER)
+    pool: dict[str, str] = {}
+    for line in folder.joinpath("passages.jsonl").read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            obj = json.loads(line)
+            pool[obj["id"]] = obj["text"]
+    queries: dict[str, str] = {}
+    positives: dict[str, list[str]] = {}
+    for line in folder.joinpath("queries.jsonl").read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            obj = json.loads(line)
+            queries[obj["qid"]] = obj["query"]
+            positives[obj["qid"]] = list(obj["positives"])
+    return QuerySet("demo", queries, positives, pool)
+
+
+def demo_handwritten(on_error: str = "raise") -> LoadResult:
+    """The demo's hand-written (LLM-style) negatives, as shipped records."""
+    with resources.as_file(resources.files("transferdx").joinpath(DEMO_FOLDER, "handwritten.jsonl")) as path:
+        result = read_records(path, on_error)
+    result.describe("handwritten", mining_method="hand-written LLM-style paraphrased negatives (demo)")
+    return result
+
+
+def demo_sources(k: int = 8, seed: int = 0, on_error: str = "raise") -> LoadResult:
+    """The demo's sources: ``bm25`` (mined now with bm25s), ``handwritten``, ``random_passages``."""
+
+    ctx = BuildContext(demo_query_set(), k=k, seed=seed)
+    result = mine_bm25(ctx)
+    result.extend(demo_handwritten(on_error))
+    result.extend(random_passages(ctx))
+    return result
+
