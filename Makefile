@@ -42,6 +42,8 @@ bench: setup
 
 lint: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf outputs .pytest_cache .ruff_cache

@@ -22,6 +22,6 @@ if [ -n "${ENCODERS:-}" ]; then
   audit "backbone=$ENCODERS" ${ENCODER_ARGS:-} "hydra.sweep.dir=$S/encoder"
 fi
 "$BIN/transferdx-study" +experiment=small_study "hydra.run.dir=$OUT" \
-  "analysis.sensitivity_dirs=[$S/sample_fraction,$S/tokenizer,$S/idf,$S/tau${ENCODERS:+,$S/encoder}]" \
+  "sensitivity_dirs=[$S/sample_fraction,$S/tokenizer,$S/idf,$S/tau${ENCODERS:+,$S/encoder}]" \
   analysis.in_family=minilm_l6
 echo "small study: $OUT (tables: $OUT/tables/tables.md)"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from transferdx.auditing.profiles import PROFILE_COLUMNS
-from transferdx.cli import config_dir
+from transferdx.presets import config_dir
 
 from .conftest import run_cli
 

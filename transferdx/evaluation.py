@@ -1,4 +1,4 @@
-"""BEIR evaluation with per-query metrics (DESIGN §5).
+"""BEIR evaluation with per-query metrics (docs/design.md §5).
 
 Follows beir's conventions: corpus text = (title + " " + text).strip(); exact dense search by
 cosine similarity; a retrieved document whose id equals the query id is dropped
@@ -34,9 +34,9 @@ def load_beir_split(folder: str | Path, split: str = "test", max_queries: int | 
     """A BEIR folder through beir's ``GenericDataLoader``; optionally a seeded subset of queries."""
     from beir.datasets.data_loader import GenericDataLoader
 
-    from transferdx.inputs.formats import _require
+    from transferdx.inputs.formats import require_path
 
-    folder = _require(folder, "folder")
+    folder = require_path(folder, "folder")
     corpus, queries, qrels = GenericDataLoader(data_folder=str(folder)).load(split=split)
     texts = {pid: (doc.get("title", "") + " " + doc.get("text", "")).strip() for pid, doc in corpus.items()}
     qids = sorted(q for q in queries if q in qrels)

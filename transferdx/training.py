@@ -1,4 +1,4 @@
-"""Training one retriever per (backbone, source, seed) (DESIGN §5).
+"""Training one retriever per (backbone, source, seed) (docs/design.md §5).
 
 sentence-transformers ``SentenceTransformerTrainer`` with ``MultipleNegativesRankingLoss``
 (scale = 1/τ) on (anchor, positive, negative_1..n) columns, ``BatchSamplers.NO_DUPLICATES``,
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from transferdx.artifacts import atomic_write_text, canonical_json, content_hash
-from transferdx.embed import EncoderSpec, _load_sentence_transformer, resolve_model
+from transferdx.embed import EncoderSpec, load_sentence_transformer, resolve_model
 from transferdx.inputs.records import Record
 
 
@@ -81,7 +81,7 @@ class TrainResult:
     log_history: list[dict[str, Any]]
 
 
-def _warmup(ratio: float) -> dict[str, float]:
+def _warmup(ratio: float) -> dict[str, Any]:
     """Transformers ≥ 5 takes the warm-up ratio as a float ``warmup_steps``; older ones as ``warmup_ratio``."""
     import transformers
 
@@ -89,7 +89,7 @@ def _warmup(ratio: float) -> dict[str, float]:
     return {"warmup_steps": float(ratio)} if major >= 5 else {"warmup_ratio": ratio}
 
 
-def _precision(setting: str) -> dict[str, bool]:
+def _precision(setting: str) -> dict[str, Any]:
     """Mixed-precision flags: ``auto`` picks bf16 (or fp16) on a GPU and fp32 on a CPU."""
     if setting == "fp32":
         return {}
@@ -119,12 +119,13 @@ def train(
 ) -> TrainResult:
     """Train (or resume, or skip when finished) one retriever into ``folder``."""
     from datasets import Dataset
-    from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments, losses
+    from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+    from sentence_transformers.losses import MultipleNegativesRankingLoss
 
     try:
         from sentence_transformers.sentence_transformer.training_args import BatchSamplers
     except ImportError:  # sentence-transformers < 6
-        from sentence_transformers.training_args import BatchSamplers
+        from sentence_transformers.training_args import BatchSamplers  # type: ignore[no-redef]
 
     folder = Path(folder)
     final = folder / "final"
@@ -150,7 +151,7 @@ def train(
     }
     atomic_write_text(folder / "train_config.json", canonical_json(config))
 
-    model = (model_factory or _load_sentence_transformer)(location, spec)
+    model = (model_factory or load_sentence_transformer)(location, spec)
     if settings.max_seq_length is not None:
         model.max_seq_length = settings.max_seq_length
     dataset = Dataset.from_dict(columns)
@@ -176,7 +177,7 @@ def train(
         prompts=prompts,
         **_precision(settings.precision),
     )
-    loss = losses.MultipleNegativesRankingLoss(model, scale=1.0 / settings.tau)
+    loss = MultipleNegativesRankingLoss(model, scale=1.0 / settings.tau)
     trainer = SentenceTransformerTrainer(
         model=model, args=args, train_dataset=dataset, loss=loss, callbacks=list(callbacks)
     )

@@ -1,4 +1,4 @@
-"""ψ-matched samples (DESIGN §5): does a semantic statistic still order the sources the way transfer
+"""ψ-matched samples (docs/design.md §5): does a semantic statistic still order the sources the way transfer
 does once the sources are balanced on lexical residuality?
 
 Record-level ψ is binned into equal-width bins over the pooled range (several resolutions). In each

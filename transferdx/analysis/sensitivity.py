@@ -1,4 +1,4 @@
-"""Sensitivity of the diagnostics' source orderings (DESIGN §5): tokenizer, IDF corpus, sample
+"""Sensitivity of the diagnostics' source orderings (docs/design.md §5): tokenizer, IDF corpus, sample
 fraction, temperature, in-family vs out-of-family encoder.
 
 The runs are ordinary audits (``transferdx-audit -m …`` sweeps over existing config groups); each
@@ -34,7 +34,7 @@ FACTORS: dict[str, Any] = {
 
 
 @dataclass(frozen=True)
-class Run:
+class AuditRun:
     """One audit: its settings, its profile (indexed by source) and where it came from."""
 
     settings: Mapping[str, Any]
@@ -49,12 +49,12 @@ class Run:
         return value
 
 
-def changed(run: Run, base: Run) -> dict[str, Any]:
+def changed(run: AuditRun, base: AuditRun) -> dict[str, Any]:
     """The factors whose value differs between ``run`` and ``base``."""
     return {f: run.factor(f) for f in FACTORS if run.factor(f) != base.factor(f)}
 
 
-def find_base(runs: Sequence[Run], base: Mapping[str, Any]) -> Run:
+def find_base(runs: Sequence[AuditRun], base: Mapping[str, Any]) -> AuditRun:
     """The one-at-a-time reference: the run whose settings equal ``base`` on every key given and,
     on every other factor, take the value most runs share (a sweep varies one factor away from it)."""
     hits = [r for r in runs if all(r.factor(k) == v for k, v in base.items())]
@@ -86,7 +86,7 @@ def kendall(a: Mapping[str, float], b: Mapping[str, float]) -> float:
 
 
 def sensitivity(
-    runs: Sequence[Run],
+    runs: Sequence[AuditRun],
     base: Mapping[str, Any],
     blocks: Mapping[str, Sequence[str]],
     diagnostics: Mapping[str, int],
@@ -140,7 +140,7 @@ def sensitivity(
     return order.drop(columns="_base").reset_index(drop=True)
 
 
-def value_range(runs: Sequence[Run], base: Run, factor: str, source: str, column: str) -> tuple[float, float]:
+def value_range(runs: Sequence[AuditRun], base: AuditRun, factor: str, source: str, column: str) -> tuple[float, float]:
     """(min, max) of ``column`` for ``source`` over the base run and the runs changing only
     ``factor`` (one factor at a time)."""
     values = [

@@ -24,7 +24,7 @@ from transferdx.analysis.agreement import (
     transfer_ordering_uncertainty,
 )
 from transferdx.analysis.matching import match
-from transferdx.analysis.sensitivity import Run
+from transferdx.analysis.sensitivity import AuditRun
 
 
 def expand(folders: Sequence[str | Path], marker: str) -> list[Path]:
@@ -42,14 +42,14 @@ def expand(folders: Sequence[str | Path], marker: str) -> list[Path]:
     return found
 
 
-def read_audit(folder: str | Path) -> Run:
-    """A ``transferdx-audit`` output folder as a sensitivity :class:`Run` (settings + profile)."""
+def read_audit(folder: str | Path) -> AuditRun:
+    """A ``transferdx-audit`` output folder as a sensitivity :class:`AuditRun` (settings + profile)."""
     folder = Path(folder)
     if not (folder / "profile.json").is_file():
         raise FileNotFoundError(f"{folder / 'profile.json'} is missing: is {folder} a transferdx-audit output?")
     settings = json.loads((folder / "profile.json").read_text(encoding="utf-8"))["settings"]
     profile = pd.read_csv(folder / "profile.csv").set_index("source")
-    return Run(settings, profile, str(folder))
+    return AuditRun(settings, profile, str(folder))
 
 
 def read_study(folder: str | Path) -> dict[str, Any]:

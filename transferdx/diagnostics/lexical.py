@@ -1,4 +1,4 @@
-"""Lexical diagnostics (DESIGN §3): IDF over a chosen corpus and lexical residuality ψ.
+"""Lexical diagnostics (docs/design.md §3): IDF over a chosen corpus and lexical residuality ψ.
 
 - idf(t) = ln(1 + (N − df(t) + 0.5) / (df(t) + 0.5)) over an IDF corpus of N documents; a token
   the corpus never contains has df = 0. Range: (0, ln(2N + 2)]; always > 0 because df ≤ N.

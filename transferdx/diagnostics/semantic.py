@@ -1,4 +1,4 @@
-"""Frozen-encoder diagnostics (DESIGN §3), pure functions on unit-normalised embeddings.
+"""Frozen-encoder diagnostics (docs/design.md §3), pure functions on unit-normalised embeddings.
 
 Notation: record i with query q, reference positive p, negatives n_1..n_K; s(a, b) = e_a · e_b;
 τ the temperature. Records are contiguous: ``counts[i]`` negatives of record i follow those of i−1.

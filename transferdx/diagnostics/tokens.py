@@ -1,4 +1,4 @@
-"""Tokenizers for the lexical diagnostics (DESIGN §3): a registry of named variants.
+"""Tokenizers for the lexical diagnostics (docs/design.md §3): a registry of named variants.
 
 ``T(x)`` is the *set* of tokens a tokenizer yields for text ``x``:
 
@@ -53,7 +53,7 @@ def token_stream(texts: Sequence[str], tokenizer: Tokenizer) -> tuple[np.ndarray
     tokens: list[np.ndarray] = []
     owners: list[np.ndarray] = []
     fast = [] if table is None else [i for i, t in enumerate(texts) if t.isascii() and _SEP not in t]
-    if fast:
+    if fast and table is not None:
         sep_table = table[: ord(_SEP)] + _SEP.encode("ascii") + table[ord(_SEP) + 1 :]
         for start in range(0, len(fast), _CHUNK):
             idx = fast[start : start + _CHUNK]

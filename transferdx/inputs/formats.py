@@ -1,4 +1,4 @@
-"""Readers for the input formats negative sources come in (DESIGN §2), behind one registry.
+"""Readers for the input formats negative sources come in (docs/design.md §2), behind one registry.
 
 Every reader validates its input and returns a :class:`~transferdx.inputs.records.LoadResult`; errors
 name file, line (or JSON path) and field. ``on_error='skip'`` turns each problem into a counted
@@ -33,11 +33,11 @@ from typing import Any
 
 from transferdx.artifacts import file_hash
 from transferdx.inputs.records import (
+    FieldProblem,
     InputError,
     LoadResult,
     Passage,
     RecordBuilder,
-    _FieldProblem,
     iter_jsonl,
     parse_json_line,
     read_records,
@@ -72,7 +72,7 @@ def _input_descriptor(fmt: str, path: Path) -> dict[str, str]:
     return {"format": fmt, "file": path.name, "sha256": file_hash(path)}
 
 
-def _require(path: str | Path, what: str = "file") -> Path:
+def require_path(path: str | Path, what: str = "file") -> Path:
     path = Path(path)
     if not path.exists():
         raise InputError(path, None, "<path>", f"no such {what}")
@@ -133,7 +133,7 @@ def load_ntuple(
     With ``group_by_query`` rows sharing a query text are merged in file order (positives and
     negatives deduplicated by text), as MS MARCO triples list one negative per line.
     """
-    path = _require(path)
+    path = require_path(path)
     builder = RecordBuilder(path, on_error)
     groups: dict[str, dict[str, Any]] = {}
     for lineno, obj in _ntuple_rows(path, builder, header):
@@ -142,10 +142,10 @@ def load_ntuple(
             positive = builder.text_field(obj, "positive")
             neg_keys = sorted((k for k in obj if _NEG_COL.match(k)), key=lambda k: int(k.split("_")[1]))
             if not neg_keys:
-                raise _FieldProblem("negative_1", "missing (no negative_k column)")
+                raise FieldProblem("negative_1", "missing (no negative_k column)")
             negatives = [builder.text_field(obj, k) for k in neg_keys]
             qid = builder.id_field(obj, "qid") if "qid" in obj else text_id(query)
-        except _FieldProblem as p:
+        except FieldProblem as p:
             builder.fail(lineno, p.field, p.reason, source=source)
             continue
         key = query if group_by_query else f"{lineno}"
@@ -196,7 +196,7 @@ def load_flagembedding(
     **_: Any,
 ) -> LoadResult:
     """``{"query": str, "pos": [str, ...], "neg": [str, ...]}`` per line; negatives sliced."""
-    path = _require(path)
+    path = require_path(path)
     window = parse_slice(slice_spec, k)
     builder = RecordBuilder(path, on_error)
     for lineno, line in iter_jsonl(path):
@@ -208,7 +208,7 @@ def load_flagembedding(
             pos = _text_list(obj, "pos")
             neg = _text_list(obj, "neg")
             qid = builder.id_field(obj, "qid") if "qid" in obj else text_id(query)
-        except _FieldProblem as p:
+        except FieldProblem as p:
             builder.fail(lineno, p.field, p.reason, source=source)
             continue
         builder.add(
@@ -233,15 +233,15 @@ def load_flagembedding(
 
 def _text_list(obj: dict, key: str) -> list[str]:
     if key not in obj:
-        raise _FieldProblem(key, "missing")
+        raise FieldProblem(key, "missing")
     items = obj[key]
     if not isinstance(items, list):
-        raise _FieldProblem(key, f"expected a list of strings, got {type(items).__name__}")
+        raise FieldProblem(key, f"expected a list of strings, got {type(items).__name__}")
     for i, item in enumerate(items):
         if not isinstance(item, str):
-            raise _FieldProblem(f"{key}[{i}]", f"expected a string, got {type(item).__name__}")
+            raise FieldProblem(f"{key}[{i}]", f"expected a string, got {type(item).__name__}")
         if not item.strip():
-            raise _FieldProblem(f"{key}[{i}]", "empty string")
+            raise FieldProblem(f"{key}[{i}]", "empty string")
     return items
 
 
@@ -253,7 +253,7 @@ def _text_list(obj: dict, key: str) -> list[str]:
 def read_id_text_tsv(path: str | Path, what: str = "text") -> dict[str, str]:
     """``id<TAB>text`` per line (MS MARCO collection.tsv / queries.tsv). A lookup table, so any bad
     line (field count, empty id or text, duplicate id) is a located error."""
-    path = _require(path)
+    path = require_path(path)
     table: dict[str, str] = {}
     with _open_text(path) as handle:
         for lineno, raw in enumerate(handle, start=1):
@@ -297,7 +297,7 @@ def load_st_hard_negatives(
     Texts come from the collection TSV (``pid<TAB>text``) and queries TSV (``qid<TAB>query``).
     Negatives that are also listed as positives are removed before slicing (counted).
     """
-    path = _require(path)
+    path = require_path(path)
     passages = read_id_text_tsv(collection, what="text")
     query_text = read_id_text_tsv(queries, what="query")
     window = parse_slice(slice_spec, k)
@@ -313,15 +313,15 @@ def load_st_hard_negatives(
             try:
                 qid = builder.id_field(obj, "qid")
                 if qid not in query_text:
-                    raise _FieldProblem("qid", f"query {qid!r} is not in {Path(queries).name}")
+                    raise FieldProblem("qid", f"query {qid!r} is not in {Path(queries).name}")
                 pos_ids = _id_list(obj, "pos")
                 if "neg" not in obj or not isinstance(obj["neg"], dict):
-                    raise _FieldProblem("neg", "expected an object {system: [passage ids]}")
+                    raise FieldProblem("neg", "expected an object {system: [passage ids]}")
                 neg_lists = {str(s): _id_list(obj["neg"], s, prefix="neg.") for s in obj["neg"]}
                 for pid in pos_ids + [p for ids in neg_lists.values() for p in ids]:
                     if pid not in passages:
-                        raise _FieldProblem("pos/neg", f"passage id {pid!r} is not in {Path(collection).name}")
-            except _FieldProblem as p:
+                        raise FieldProblem("pos/neg", f"passage id {pid!r} is not in {Path(collection).name}")
+            except FieldProblem as p:
                 builder.fail(lineno, p.field, p.reason)
                 continue
             positives = [Passage(pid, passages[pid]) for pid in pos_ids]
@@ -357,14 +357,14 @@ def load_st_hard_negatives(
 
 def _id_list(obj: dict, key: str, prefix: str = "") -> list[str]:
     if key not in obj:
-        raise _FieldProblem(prefix + key, "missing")
+        raise FieldProblem(prefix + key, "missing")
     items = obj[key]
     if not isinstance(items, list):
-        raise _FieldProblem(prefix + key, f"expected a list of ids, got {type(items).__name__}")
+        raise FieldProblem(prefix + key, f"expected a list of ids, got {type(items).__name__}")
     out = []
     for i, item in enumerate(items):
         if isinstance(item, bool) or not isinstance(item, (str, int)):
-            raise _FieldProblem(f"{prefix}{key}[{i}]", f"expected an id, got {type(item).__name__}")
+            raise FieldProblem(f"{prefix}{key}[{i}]", f"expected an id, got {type(item).__name__}")
         out.append(str(item))
     return out
 
@@ -381,7 +381,7 @@ def read_topics(path: str | Path) -> dict[str, str]:
 
 def read_qrels(path: str | Path) -> dict[str, dict[str, int]]:
     """TREC qrels ``qid Q0 pid grade`` (whitespace-separated) → {qid: {pid: grade}}."""
-    path = _require(path)
+    path = require_path(path)
     qrels: dict[str, dict[str, int]] = {}
     with open(path, encoding="utf-8") as handle:
         for lineno, raw in enumerate(handle, start=1):
@@ -401,7 +401,7 @@ def read_qrels(path: str | Path) -> dict[str, dict[str, int]]:
 
 def read_retrieve_results(path: str | Path) -> dict[str, tuple[str, list[tuple[str, int, str]]]]:
     """rank_llm ``retrieve_results`` JSON → {qid: (query, [(docid, rank, content), ...] in rank order)}."""
-    path = _require(path)
+    path = require_path(path)
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
@@ -417,27 +417,27 @@ def read_retrieve_results(path: str | Path) -> dict[str, tuple[str, list[tuple[s
             query = RecordBuilder.text_field(entry, "query")
             hits = entry.get("hits")
             if not isinstance(hits, list):
-                raise _FieldProblem("hits", "missing or not a list")
+                raise FieldProblem("hits", "missing or not a list")
             rows = []
             qid = None
             for j, hit in enumerate(hits):
                 if not isinstance(hit, dict):
-                    raise _FieldProblem(f"hits[{j}]", "expected an object")
+                    raise FieldProblem(f"hits[{j}]", "expected an object")
                 try:
                     hit_qid = RecordBuilder.id_field(hit, "qid")
                     docid = RecordBuilder.id_field(hit, "docid")
                     content = RecordBuilder.text_field(hit, "content")
                     rank = hit.get("rank")
                     if isinstance(rank, bool) or not isinstance(rank, int):
-                        raise _FieldProblem("rank", "expected an integer")
-                except _FieldProblem as p:
-                    raise _FieldProblem(f"hits[{j}].{p.field}", p.reason) from None
+                        raise FieldProblem("rank", "expected an integer")
+                except FieldProblem as p:
+                    raise FieldProblem(f"hits[{j}].{p.field}", p.reason) from None
                 if qid is None:
                     qid = hit_qid
                 elif hit_qid != qid:
-                    raise _FieldProblem(f"hits[{j}].qid", f"{hit_qid!r} differs from the entry's qid {qid!r}")
+                    raise FieldProblem(f"hits[{j}].qid", f"{hit_qid!r} differs from the entry's qid {qid!r}")
                 rows.append((docid, rank, content))
-        except _FieldProblem as p:
+        except FieldProblem as p:
             raise InputError(path, where, p.field, p.reason) from None
         if qid is None:
             continue  # a query with no hits contributes nothing to this run
@@ -537,10 +537,10 @@ def _trec_dl_parts(
     root: str | Path, runs: list[str] | None, topics: str, qrels: str, results_name: str
 ) -> tuple[dict[str, str], dict[str, dict[str, int]], dict[str, Any], dict[str, str], Path]:
     """Topics, qrels, every run's results, passage texts (first seen over runs), and the runs folder."""
-    root = _require(root, "folder")
+    root = require_path(root, "folder")
     topic_text = read_topics(root / topics)
     judgments = read_qrels(root / qrels)
-    run_dir = _require(root / "runs", "folder")
+    run_dir = require_path(root / "runs", "folder")
     names = sorted(p.name for p in run_dir.iterdir() if (p / results_name).is_file())
     if runs is not None:
         missing = sorted(set(runs) - set(names))
@@ -615,11 +615,11 @@ def beir_passage_text(doc: dict[str, str]) -> str:
 
 def load_beir(folder: str | Path, split: str = "test", min_score: int = 1) -> QuerySet:
     """A BEIR folder through ``GenericDataLoader``: queries + positives (qrels ≥ ``min_score``) + corpus."""
-    folder = _require(folder, "folder")
+    folder = require_path(folder, "folder")
     from beir.datasets.data_loader import GenericDataLoader
 
     for needed in ("corpus.jsonl", "queries.jsonl", f"qrels/{split}.tsv"):
-        _require(folder / needed)
+        require_path(folder / needed)
     corpus, queries, qrels = GenericDataLoader(data_folder=str(folder)).load(split=split)
     pool = {pid: beir_passage_text(doc) for pid, doc in corpus.items()}
     positives = {}
@@ -640,10 +640,10 @@ def load_beir(folder: str | Path, split: str = "test", min_score: int = 1) -> Qu
 
 def load_beir_corpus_texts(folder: str | Path) -> list[str]:
     """Only the corpus of a BEIR folder (for an external IDF corpus), in file order."""
-    folder = _require(folder, "folder")
+    folder = require_path(folder, "folder")
     from beir.datasets.data_loader import GenericDataLoader
 
-    corpus = GenericDataLoader(corpus_file=str(_require(folder / "corpus.jsonl"))).load_corpus()
+    corpus = GenericDataLoader(corpus_file=str(require_path(folder / "corpus.jsonl"))).load_corpus()
     return [beir_passage_text(doc) for doc in corpus.values()]
 
 

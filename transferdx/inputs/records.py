@@ -1,4 +1,4 @@
-"""Records: the data model (DESIGN §2), validation, and the exclusion log.
+"""Records: the data model (docs/design.md §2), validation, and the exclusion log.
 
 A :class:`Record` is one training query with its reference positive(s) and the negatives of one
 source. Every loader produces records through :class:`RecordBuilder`, which validates each field and
@@ -172,26 +172,26 @@ class RecordBuilder:
     # -- validation helpers ---------------------------------------------------------------------
     @staticmethod
     def text_field(obj: Mapping[str, Any], key: str) -> str:
-        """Return a non-empty string field or raise ``_FieldProblem``."""
+        """Return a non-empty string field or raise ``FieldProblem``."""
         if key not in obj:
-            raise _FieldProblem(key, "missing")
+            raise FieldProblem(key, "missing")
         value = obj[key]
         if not isinstance(value, str):
-            raise _FieldProblem(key, f"expected a string, got {type(value).__name__}")
+            raise FieldProblem(key, f"expected a string, got {type(value).__name__}")
         if not value.strip():
-            raise _FieldProblem(key, "empty string")
+            raise FieldProblem(key, "empty string")
         return value
 
     @staticmethod
     def id_field(obj: Mapping[str, Any], key: str) -> str:
         if key not in obj:
-            raise _FieldProblem(key, "missing")
+            raise FieldProblem(key, "missing")
         value = obj[key]
         if isinstance(value, bool) or not isinstance(value, (str, int)):
-            raise _FieldProblem(key, f"expected a string or integer id, got {type(value).__name__}")
+            raise FieldProblem(key, f"expected a string or integer id, got {type(value).__name__}")
         value = str(value)
         if not value.strip():
-            raise _FieldProblem(key, "empty id")
+            raise FieldProblem(key, "empty id")
         return value
 
     # -- assembly -------------------------------------------------------------------------------
@@ -246,7 +246,7 @@ class RecordBuilder:
         return record
 
 
-class _FieldProblem(Exception):
+class FieldProblem(Exception):
     def __init__(self, field: str, reason: str):
         super().__init__(reason)
         self.field, self.reason = field, reason
@@ -282,53 +282,53 @@ def parse_json_line(builder: RecordBuilder, lineno: int, line: str) -> dict[str,
 def _passage(obj: Any, where: str, *, default_method: str | None = None) -> Passage:
     if isinstance(obj, str):  # bare text
         if not obj.strip():
-            raise _FieldProblem(where, "empty string")
+            raise FieldProblem(where, "empty string")
         return Passage(text_id(obj), obj, default_method)
     if not isinstance(obj, dict):
-        raise _FieldProblem(where, f"expected an object or a string, got {type(obj).__name__}")
+        raise FieldProblem(where, f"expected an object or a string, got {type(obj).__name__}")
     try:
         text = RecordBuilder.text_field(obj, "text")
         pid = RecordBuilder.id_field(obj, "id") if "id" in obj else text_id(text)
-    except _FieldProblem as p:
-        raise _FieldProblem(f"{where}.{p.field}", p.reason) from None
+    except FieldProblem as p:
+        raise FieldProblem(f"{where}.{p.field}", p.reason) from None
     rank, judgment = obj.get("rank"), obj.get("judgment")
     for key, value in (("rank", rank), ("judgment", judgment)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise _FieldProblem(f"{where}.{key}", f"expected an integer or null, got {type(value).__name__}")
+            raise FieldProblem(f"{where}.{key}", f"expected an integer or null, got {type(value).__name__}")
     method = obj.get("method", default_method)
     relation = obj.get("relation")
     for key, value in (("method", method), ("relation", relation)):
         if value is not None and not isinstance(value, str):
-            raise _FieldProblem(f"{where}.{key}", f"expected a string or null, got {type(value).__name__}")
+            raise FieldProblem(f"{where}.{key}", f"expected a string or null, got {type(value).__name__}")
     return Passage(pid, text, method, relation, rank, judgment)
 
 
 def _passage_list(obj: Mapping[str, Any], key: str, **kw: Any) -> list[Passage]:
     if key not in obj:
-        raise _FieldProblem(key, "missing")
+        raise FieldProblem(key, "missing")
     items = obj[key]
     if not isinstance(items, list):
-        raise _FieldProblem(key, f"expected a list, got {type(items).__name__}")
+        raise FieldProblem(key, f"expected a list, got {type(items).__name__}")
     return [_passage(item, f"{key}[{i}]", **kw) for i, item in enumerate(items)]
 
 
 def record_from_obj(
     builder: RecordBuilder, lineno: int, obj: Mapping[str, Any], default_source: str | None = None
 ) -> Record | None:
-    """Validate one records-format object (DESIGN §2) and hand it to the builder."""
+    """Validate one records-format object (docs/design.md §2) and hand it to the builder."""
     qid = str(obj.get("qid", ""))
     source = obj.get("source", default_source)
     try:
         qid = builder.id_field(obj, "qid")
         query = builder.text_field(obj, "query")
         if source is None:
-            raise _FieldProblem("source", "missing (and no default source was given)")
+            raise FieldProblem("source", "missing (and no default source was given)")
         if not isinstance(source, str) or not source.strip():
-            raise _FieldProblem("source", "expected a non-empty string")
+            raise FieldProblem("source", "expected a non-empty string")
         kind = obj.get("kind", "genuine")
         positives = _passage_list(obj, "positives")
         negatives = _passage_list(obj, "negatives")
-    except _FieldProblem as p:
+    except FieldProblem as p:
         builder.fail(lineno, p.field, p.reason, source=str(source or ""), qid=qid)
         return None
     return builder.add(lineno, qid=qid, query=query, positives=positives, negatives=negatives, source=source, kind=kind)

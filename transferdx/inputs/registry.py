@@ -41,4 +41,3 @@ QUERY_SETS: dict[str, Callable[..., QuerySet]] = {
     "trec_dl_pool": lambda root, relevant_grade=2, **_: load_trec_dl_query_set(root, relevant_grade=relevant_grade),
     "demo_pool": lambda **_: demo_query_set(),
 }
-

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from transferdx.auditing.report import KIND_COLOURS, _png
-from transferdx.paper.tables import Artifacts, mean_ndcg, source_label
+from transferdx.auditing.report import KIND_COLOURS, png_bytes
+from transferdx.paper.tables import TableInputs, mean_ndcg, source_label
 
 LADDER = ("random_mix_25", "random_mix_50", "random_mix_75", "random_mix_100")
 PROFILE_STATS = (
@@ -30,7 +30,7 @@ def _pyplot() -> Any:
     return plt
 
 
-def agreement_scatter(a: Artifacts) -> bytes:
+def agreement_scatter(a: TableInputs) -> bytes:
     """One panel per (block, diagnostic): the diagnostic (x) against mean nDCG@10 (y), with Pearson r."""
     plt = _pyplot()
     blocks = []
@@ -62,10 +62,10 @@ def agreement_scatter(a: Artifacts) -> bytes:
                 ax.set_xlabel(diag, fontsize=8)
             if j == 0:
                 ax.set_ylabel("mean nDCG@10", fontsize=8)
-    return _png(plt, fig)
+    return png_bytes(plt, fig)
 
 
-def control_ladder(a: Artifacts) -> bytes:
+def control_ladder(a: TableInputs) -> bytes:
     """Each diagnostic against the share of negative slots replaced by random passages (0 % = the
     ladder's parent source), one line per backbone."""
     plt = _pyplot()
@@ -86,10 +86,10 @@ def control_ladder(a: Artifacts) -> bytes:
         axes[0][j].set_xlabel("% slots random", fontsize=8)
         axes[0][j].tick_params(labelsize=7)
     axes[0][0].legend(fontsize=7, frameon=False)
-    return _png(plt, fig)
+    return png_bytes(plt, fig)
 
 
-def profiles(a: Artifacts) -> bytes:
+def profiles(a: TableInputs) -> bytes:
     """Mean ρ, η, ψ and inversion per source with 95% CIs, coloured by kind, one row per backbone."""
     plt = _pyplot()
     n = max(len(s.profile) for s in a.studies)
@@ -117,7 +117,7 @@ def profiles(a: Artifacts) -> bytes:
             ax.set_title(f"{a.label(study.backbone)}: {label}", fontsize=8)
             ax.tick_params(axis="x", labelsize=7)
             ax.grid(axis="x", alpha=0.3)
-    return _png(plt, fig)
+    return png_bytes(plt, fig)
 
 
 FIGURES = {"agreement_scatter": agreement_scatter, "control_ladder": control_ladder, "profiles": profiles}

@@ -130,4 +130,3 @@ def build_sources(
             if counts is not None:
                 out.false_negatives[name] = counts
     return out
-

@@ -54,4 +54,3 @@ def positive_passages(query_set: QuerySet, qid: str, known: str = "all") -> list
 
 def judged(query_set: QuerySet, qid: str, pid: str) -> int | None:
     return (query_set.judgments or {}).get(qid, {}).get(pid)
-

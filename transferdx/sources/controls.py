@@ -1,4 +1,4 @@
-"""Control sources (DESIGN §4): sources with a known defect, built from a genuine parent source and
+"""Control sources (docs/design.md §4): sources with a known defect, built from a genuine parent source and
 the passage pool, seeded, ``kind = "control"``. A sound diagnostic ranks them apart from the
 genuine sources; the audit reports which controls each flag catches.
 

@@ -35,7 +35,7 @@ def demo_query_set() -> QuerySet:
 
 def demo_handwritten(on_error: str = "raise") -> LoadResult:
     """The demo's hand-written (LLM-style) negatives, as shipped records."""
-    with resources.as_file(resources.files("transferdx").joinpath(DEMO_FOLDER, "handwritten.jsonl")) as path:
+    with resources.as_file(resources.files("transferdx").joinpath(DEMO_FOLDER).joinpath("handwritten.jsonl")) as path:
         result = read_records(path, on_error)
     result.describe("handwritten", mining_method="hand-written LLM-style paraphrased negatives (demo)")
     return result
@@ -49,4 +49,3 @@ def demo_sources(k: int = 8, seed: int = 0, on_error: str = "raise") -> LoadResu
     result.extend(demo_handwritten(on_error))
     result.extend(random_passages(ctx))
     return result
-

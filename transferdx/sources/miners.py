@@ -1,4 +1,4 @@
-"""Genuine sources the package builds (DESIGN §4), and the embedded demo set.
+"""Genuine sources the package builds (docs/design.md §4), and the embedded demo set.
 
 A miner ranks the pool for every query of a :class:`~transferdx.inputs.formats.QuerySet`; negatives are
 the ranking minus every known positive, then a slice (``[0:K]``, ``[2:7]``, …). When the query set
@@ -61,10 +61,6 @@ def bm25_ranking(
         order = np.lexsort((docs[row], -scores[row]))
         out[qid] = [pool_ids[int(docs[row][j])] for j in order if scores[row][j] > 0]
     return out
-
-
-
-
 
 
 def dense_ranking(query_set: QuerySet, encoder: Any, depth: int) -> dict[str, list[str]]:
@@ -195,21 +191,6 @@ def mine_perturb(ctx: BuildContext, source: str = "perturb", known: str = "all")
 MINERS: dict[str, Callable[..., LoadResult]] = {"bm25": mine_bm25, "dense": mine_dense, "perturb": mine_perturb}
 
 
-
-
-
-
-
-
-
-
 # ---------------------------------------------------------------------------------------------
 # The embedded demo set (package data, written for this package)
 # ---------------------------------------------------------------------------------------------
-
-
-
-
-
-
-
