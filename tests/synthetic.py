@@ -4,11 +4,21 @@ with a known transfer ordering LLM > Dense > BM25 (and Dense+LLM > BM25+LLM > BM
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from transferdx.auditing.profiles import (
+    SEMANTIC_STATS,
+    AuditProfile,
+    apply_flags,
+    catch_rate,
+    flag_thresholds,
+    profile_sources,
+)
 
 GENUINE = {  # source → (mean nDCG@10, mean ψ, mean ρ, mean η)
     "bm25": (0.38, 0.29, 0.60, 0.35),
@@ -58,39 +68,32 @@ def _records(rng: np.random.Generator, shift: float) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _profile(records: pd.DataFrame, dim: int) -> pd.DataFrame:
-    rows = []
+def _profile(records: pd.DataFrame, dim: int) -> AuditProfile:
+    """The audit profile through the package's own code, as ``transferdx.audit`` builds it:
+    ``profile_sources`` (point values and percentile bootstrap CIs), then the envelope flags
+    (``flag_thresholds``, ``apply_flags``, every rule including ``inversion_low``) and the catch-rate.
+
+    The synthetic records model ψ, ρ, η, inversion, loss and energy only; every other per-record
+    input of a profile statistic (margins, hardness, band and bucket counts) is NaN, so that
+    statistic is NaN (undefined), never invented. The composites need embeddings, so they are a
+    fixed function of the source's mean ρ, η and ψ, passed in as the profile's ``extra``."""
+    per_record = records.copy()
+    per_record["n_psi_defined"] = per_record["n_negatives"] * per_record["psi"].notna()
+    for stat in SEMANTIC_STATS:
+        if stat.num not in per_record:
+            per_record[stat.num] = np.nan
+    extra = {}
     for source, g in records.groupby("source", sort=True):
-        row: dict = {"source": source, "kind": g["kind"].iloc[0], "n_records": len(g), "n_negatives": K * len(g)}
-        for col, stat, prefix in (
-            ("psi", "psi_mean", "psi"),
-            ("rho", "rho_mean", "rho"),
-            ("eta", "eta_mean", "eta"),
-            ("inversion", "inversion_rate", "inversion_rate"),
-            ("loss", "loss_mean", "loss"),
-            ("energy", "energy_mean", "energy"),
-        ):
-            mean = float(g[col].mean())
-            row[stat], row[f"{prefix}_ci_low"], row[f"{prefix}_ci_high"] = mean, mean - 0.02, mean + 0.02
-        row["coverage_mean"] = 1.0 - row["psi_mean"]
-        product = row["rho_mean"] * row["eta_mean"] * row["psi_mean"]
-        row["composite_logdet"] = float(np.log1p(product * 10) / 2)
-        row["composite_trace"] = float(product * 100)
-        row["embedding_dim"] = dim
-        rows.append(row)
-    frame = pd.DataFrame(rows)
-    genuine = frame[frame["kind"] == "genuine"]
-    thresholds = {
-        "rho_mean": float(genuine["rho_mean"].max()),
-        "eta_mean": float(genuine["eta_mean"].max()),
-        "psi_mean": float(genuine["psi_mean"].max()),
-    }
-    flags = []
-    for _, row in frame.iterrows():
-        hit = [f"{k}>{v:.3f}" for k, v in thresholds.items() if row[k] > v]
-        flags.append(";".join(hit))
-    frame["flags"] = flags
-    return frame, {"mode": "envelope", **thresholds}
+        product = float(g["rho"].mean()) * float(g["eta"].mean()) * float(g["psi"].mean())
+        extra[source] = {
+            "composite_logdet": float(np.log1p(product * 10) / 2),
+            "composite_trace": float(product * 100),
+            "embedding_dim": dim,
+        }
+    profile = profile_sources(per_record, seed=0, resamples=1000, extra=extra)
+    thresholds = flag_thresholds(profile.rows, "envelope", {})
+    rows = apply_flags(profile.rows, thresholds)
+    return dataclasses.replace(profile, rows=tuple(rows), thresholds=thresholds, catch_rate=catch_rate(rows))
 
 
 def _negatives(records: pd.DataFrame, rng: np.random.Generator) -> pd.DataFrame:
@@ -118,14 +121,23 @@ def write_study(folder: Path, backbone: str, seed: int) -> Path:
     """One backbone's study folder."""
     rng = np.random.default_rng(seed)
     records = _records(rng, shift=0.01 * seed)
-    profile, thresholds = _profile(records, dim=768)
+    audited = _profile(records, dim=768)
+    profile = audited.to_frame()
     _csv(records, folder / "audit/records.csv")
     _csv(profile, folder / "audit/profile.csv")
     _csv(_negatives(records, rng), folder / "audit/negatives.csv")
     descriptors = {s: {"parent_source": "bm25"} for s in CONTROLS if s.startswith("random_mix")}
     settings = {"backbone": backbone, "data": "synthetic"}
     (folder / "audit/profile.json").write_text(
-        json.dumps({"settings": settings, "flag_thresholds": thresholds, "descriptors": descriptors}, sort_keys=True)
+        json.dumps(
+            {
+                "settings": settings,
+                "flag_thresholds": dict(audited.thresholds),
+                "catch_rate": dict(audited.catch_rate),
+                "descriptors": descriptors,
+            },
+            sort_keys=True,
+        )
     )
     rows = []
     for source, (ndcg, *_rest) in GENUINE.items():
@@ -165,7 +177,7 @@ def write_sensitivity(folder: Path, seed: int = 7) -> Path:
     """Audit folders (profile.csv + profile.json) for a one-at-a-time sensitivity sweep."""
     rng = np.random.default_rng(seed)
     records = _records(rng, shift=0.0)
-    profile, _ = _profile(records, dim=384)
+    profile = _profile(records, dim=384).to_frame()
     for i, (name, change) in enumerate(SENSITIVITY.items()):
         run = folder / name
         frame = profile.copy()

@@ -7,15 +7,19 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.stats
+
 from transferdx.analysis.agreement import (
     block_agreement,
     blocks_recovered,
     ordering,
     paired_tests,
     rank_agreement,
+    recovers,
+    tied_pairs,
     transfer_ordering_uncertainty,
 )
 from transferdx.analysis.matching import match, matched_sample, max_smd, psi_bins
+from transferdx.paper.tables import Study, TableInputs, rank_agreement_summary
 
 
 def test_block_agreement_equals_scipy():
@@ -42,6 +46,77 @@ def test_study_table_2_orderings():
     summary = blocks_recovered(table)
     assert summary.loc["psi_mean", "label"] == "2/2" and summary.loc["inversion_rate", "label"] == "0/2"
     assert ordering(ndcg) == ("LLM", "Dense+LLM", "Dense", "BM25+LLM", "BM25+Dense", "BM25")
+
+
+def test_diagnostic_tie_is_not_a_recovered_ordering():
+    """The diagnostic ties a and b, transfer puts a above b. Sorting the tie by name also gives a > b,
+    so the old rule (compare the two name-broken orderings) counted this block as recovered.
+
+    Kills: ``recovered = ordering(diagnostic, direction) == ordering(transfer)`` in
+    ``block_agreement`` (ties broken by name), and a ``recovers`` that skips the pairs the
+    diagnostic ties (``np.all((d == t) | (d == 0))``)."""
+    diag = {"a": 0.5, "b": 0.5, "c": 0.1}
+    transfer = {"a": 0.40, "b": 0.35, "c": 0.30}
+    assert ordering(diag) == ordering(transfer)  # the name tie-break agrees, by accident
+    out = block_agreement(diag, transfer, name="inversion_rate")
+    assert not out.recovered
+    assert (out.ties, out.transfer_ties) == (1, 0)
+    assert not recovers(diag, transfer)
+    # the same for a diagnostic read with direction −1
+    flipped = {k: -v for k, v in diag.items()}
+    assert not block_agreement(flipped, transfer, direction=-1).recovered
+
+
+def test_shared_tie_counts_as_recovered_and_a_transfer_tie_needs_one():
+    """Both sides tie b and c: the block is recovered. Transfer ties b and c but the diagnostic
+    orders them (in name order, so the old rule recovered it): not recovered.
+
+    Kills: the name tie-break (it recovers the second case) and a ``recovers`` that treats every
+    tied pair as a mismatch (``np.all((d == t) & (d != 0))``: the first case fails)."""
+    transfer = {"a": 0.40, "b": 0.30, "c": 0.30}
+    both = block_agreement({"a": 0.9, "b": 0.2, "c": 0.2}, transfer)
+    assert both.recovered and (both.ties, both.transfer_ties) == (1, 1)
+    one = block_agreement({"a": 0.9, "b": 0.3, "c": 0.2}, transfer)
+    assert not one.recovered and (one.ties, one.transfer_ties) == (0, 1)
+    assert tied_pairs({"a": 1.0, "b": 1.0, "c": 1.0, "d": 2.0}) == 3  # C(3, 2) pairs among three equal
+    assert not recovers({"a": float("nan"), "b": 0.1}, {"a": 0.2, "b": 0.1})
+
+
+def test_table4_counts_ties_and_does_not_recover_them():
+    """Two blocks: ψ recovers only the hybrid one; the inversion rate ties the non-hybrid block's top
+    two sources (transfer does not) and orders the hybrid block correctly: Table 4 says 1/2, 1 tie.
+
+    Kills: a Ties cell summed over every diagnostic's rows (``agr["ties"]`` in ``table4``) and the
+    name tie-break in ``block_agreement`` (which gives 2/2)."""
+    profile = pd.DataFrame(
+        {
+            "kind": ["genuine"] * 6,
+            "psi_mean": [0.3, 0.4, 0.5, 0.35, 0.45, 0.55],
+            "inversion_rate": [0.1, 0.2, 0.2, 0.1, 0.2, 0.3],
+        },
+        index=["bm25", "dense", "llm", "bm25+dense", "bm25+llm", "dense+llm"],
+    )
+    transfer = pd.DataFrame({"ndcg@10": [0.30, 0.40, 0.35, 0.31, 0.32, 0.33]}, index=profile.index)
+    # dense (0.40) > llm (0.35) in transfer; "dense" < "llm" by name, so the old tie-break agreed
+    blocks = {"non-hybrid": ["bm25", "dense", "llm"], "hybrid": ["bm25+dense", "bm25+llm", "dense+llm"]}
+    named = {f"x/{k}": v for k, v in blocks.items()}
+    agreement = rank_agreement(profile, transfer, named, {"psi_mean": 1, "inversion_rate": 1})
+    summary = blocks_recovered(agreement)
+    assert summary.loc["inversion_rate", "label"] == "1/2" and summary.loc["inversion_rate", "ties"] == 1
+    assert summary.loc["psi_mean", "label"] == "1/2" and summary.loc["psi_mean", "ties"] == 0
+    study = Study("x", "study/x", pd.DataFrame(), profile, {})
+    table = rank_agreement_summary(
+        TableInputs((study,), blocks, {"psi_mean": 1, "inversion_rate": 1}, agreement, "agreement.csv")
+    )
+    assert table.columns[:4] == ("Variant", "Criterion", "Blocks", "Ties")
+    rows = {r[0]: r for r in table.rows}
+    assert (rows["Inversion rate"][2].value, rows["Inversion rate"][3].value) == ("1/2", 1)
+    assert rows["Mean ψ only"][3].value == 0
+    old = agreement.drop(columns=["ties", "transfer_ties"])  # an agreement.csv written before ties
+    table = rank_agreement_summary(
+        TableInputs((study,), blocks, {"psi_mean": 1, "inversion_rate": 1}, old, "agreement.csv")
+    )
+    assert {r[0]: r for r in table.rows}["Inversion rate"][3].value == "n/a"
 
 
 def test_transfer_uncertainty_and_holm():

@@ -3,13 +3,23 @@ column contract, internal consistency of the statistics, flags, and descriptors.
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import numpy as np
 import pytest
+import scipy.stats
 
 from transferdx.auditing.core import FlagSettings, SemanticSettings, audit
-from transferdx.auditing.profiles import PROFILE_COLUMNS, SEMANTIC_COLUMNS, SEMANTIC_STATS, apply_flags, flag_thresholds
+from transferdx.auditing.profiles import (
+    FLAG_RULES,
+    PROFILE_COLUMNS,
+    SEMANTIC_COLUMNS,
+    SEMANTIC_STATS,
+    apply_flags,
+    catch_rate,
+    flag_thresholds,
+)
 from transferdx.auditing.report import write_audit
 from transferdx.diagnostics.tokens import alnum
 from transferdx.embed import EmbeddingCache, EncoderSpec
@@ -26,19 +36,106 @@ def encoder(tmp_path_factory):
     return EmbeddingCache(MINILM, tmp_path_factory.mktemp("cache"), progress=False)
 
 
+RESAMPLES = 300
+
+
 @pytest.fixture(scope="module")
 def demo_audit(encoder):
-    return audit(demo_sources(), alnum, encoder=encoder, resamples=300)
+    return audit(demo_sources(), alnum, encoder=encoder, resamples=RESAMPLES)
 
 
-def test_profile_has_every_column_with_cis(demo_audit):
+def test_profile_has_every_column(demo_audit):
     frame = demo_audit.profile.to_frame()
     assert list(frame.columns[: len(PROFILE_COLUMNS)]) == PROFILE_COLUMNS
     for col in [*SEMANTIC_COLUMNS, "flags", "flag_reasons"]:
         assert col in frame, col
     for stat in SEMANTIC_STATS:
-        low, high = frame[f"{stat.ci_prefix}_ci_low"], frame[f"{stat.ci_prefix}_ci_high"]
-        assert np.all(low <= frame[stat.name] + 1e-12) and np.all(frame[stat.name] <= high + 1e-12), stat.name
+        assert f"{stat.ci_prefix}_ci_low" in frame and f"{stat.ci_prefix}_ci_high" in frame, stat.name
+
+
+def _source_rng(seed: int, name: str) -> np.random.Generator:
+    """§3.4: the bootstrap stream of a source is seeded from (seed, sha256(source name))."""
+    return np.random.default_rng([seed, int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "little")])
+
+
+def _ratio_ci(num: np.ndarray, den: np.ndarray, rng: np.random.Generator, resamples: int) -> tuple[float, float]:
+    """§3.4 written out: resample records with replacement (indices drawn as scipy.stats.bootstrap
+    draws them, rng.integers(0, n, (B, n))), Σ num / Σ den per resample, 2.5 and 97.5 percentiles."""
+    idx = rng.integers(0, len(num), size=(resamples, len(num)))
+    stats = num[idx].sum(axis=1) / den[idx].sum(axis=1)
+    low, high = np.percentile(stats, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def test_cis_equal_an_independent_percentile_bootstrap(demo_audit):
+    """Every source's CIs for a mean (ψ, inversion) and a share over negatives (hard band, C ≥ 0.5)
+    recomputed from the records with the documented stream; ψ's also with scipy.stats.bootstrap.
+
+    Kills: a bootstrap stream not seeded per source (``default_rng(seed)`` in ``bootstrap_rng``),
+    shares bootstrapped without their denominator (``counts @ num / counts.sum(1)``), and
+    percentiles at (α, 1 − α) instead of (α/2, 1 − α/2)."""
+    frame = demo_audit.profile.to_frame().set_index("source")
+    records = demo_audit.records
+    for name, recs in records.groupby("source"):
+        assert recs["psi"].notna().all()  # so ψ's ratio is a plain mean
+        checks = {
+            "psi": (recs["psi"], np.ones(len(recs))),
+            "inversion_rate": (recs["inversion"], np.ones(len(recs))),
+            "band_hard": (recs["n_band_hard"], recs["n_negatives"]),
+            "bucket_c_ge_05": (recs["n_bucket_c_ge_05"], recs["n_psi_defined"]),
+        }
+        for prefix, (num, den) in checks.items():
+            low, high = _ratio_ci(np.asarray(num, float), np.asarray(den, float), _source_rng(0, str(name)), RESAMPLES)
+            assert frame.loc[name, f"{prefix}_ci_low"] == pytest.approx(low, abs=1e-12), (name, prefix)
+            assert frame.loc[name, f"{prefix}_ci_high"] == pytest.approx(high, abs=1e-12), (name, prefix)
+        ref = scipy.stats.bootstrap(
+            (recs["psi"].to_numpy(),),
+            np.mean,
+            n_resamples=RESAMPLES,
+            method="percentile",
+            rng=_source_rng(0, str(name)),
+        ).confidence_interval
+        assert (frame.loc[name, "psi_ci_low"], frame.loc[name, "psi_ci_high"]) == pytest.approx(
+            (ref.low, ref.high), abs=1e-12
+        )
+
+
+def _cosines(encoder, records):
+    """(s(q,p), [s(q,n_k)]) per (source, qid), as float64 dot products of the encoder's unit
+    embeddings, computed here and not through ``record_scores``."""
+    queries = sorted({r.query for r in records})
+    passages = sorted({p.text for r in records for p in (r.positives[0], *r.negatives)})
+    q = dict(zip(queries, encoder.embed(queries, "query").astype(np.float64), strict=True))
+    p = dict(zip(passages, encoder.embed(passages, "passage").astype(np.float64), strict=True))
+    out = {}
+    for r in records:
+        e_q = q[r.query]
+        out[(r.source, r.qid)] = (float(e_q @ p[r.positives[0].text]), [float(e_q @ p[n.text]) for n in r.negatives])
+    return out
+
+
+def test_inversion_and_margins_from_raw_cosines(demo_audit, encoder):
+    """inv_i = 1[max_k s(q,n_k) ≥ s(q,p)] and m_i = s(q,p) − max_k s(q,n_k), recomputed per record
+    from the embeddings; per source, the inversion rate, the shares of m < 0 / = 0 / > 0 and the mean
+    margin must equal them.
+
+    Kills: inversion or margin taken over the wrong negative (``np.minimum.reduceat`` in
+    ``segment_max``), and a margin with the sign flipped (``max_n - s_qp``)."""
+    sims = _cosines(encoder, demo_sources().records)
+    frame = demo_audit.profile.to_frame().set_index("source")
+    by_source: dict[str, list[tuple[float, float]]] = {}
+    for (source, _qid), (s_qp, s_qn) in sims.items():
+        by_source.setdefault(source, []).append((float(max(s_qn) >= s_qp), s_qp - max(s_qn)))
+    assert set(by_source) == set(frame.index)
+    for source, values in by_source.items():
+        inv, margin = np.array(values).T
+        assert np.all(np.abs(margin) > 1e-4)  # no near-tie that float32 rounding could flip
+        row = frame.loc[source]
+        assert row["inversion_rate"] == pytest.approx(inv.mean(), abs=1e-12), source
+        assert row["margin_lt0"] == pytest.approx(np.mean(margin < 0), abs=1e-12), source
+        assert row["margin_eq0"] == 0.0 and row["margin_gt0"] == pytest.approx(np.mean(margin > 0), abs=1e-12)
+        assert row["margin_mean"] == pytest.approx(margin.mean(), abs=1e-6), source
+    assert frame.loc["bm25", "inversion_rate"] > 0  # the case exercises an inverted record
 
 
 def test_statistics_are_consistent(demo_audit):
@@ -46,8 +143,6 @@ def test_statistics_are_consistent(demo_audit):
     bands = frame[["band_inverted", "band_hard", "band_medium", "band_easy"]].sum(axis=1)
     np.testing.assert_allclose(bands, 1.0, atol=1e-12)
     np.testing.assert_allclose(frame[["margin_lt0", "margin_eq0", "margin_gt0"]].sum(axis=1), 1.0, atol=1e-12)
-    # inversion (max_k s(q,n_k) ≥ s(q,p)) is exactly a non-positive margin
-    np.testing.assert_allclose(frame["inversion_rate"], frame["margin_lt0"] + frame["margin_eq0"], atol=1e-12)
     assert np.all(frame["margin_p05"] <= frame["margin_p10"]) and np.all(frame["margin_p10"] <= frame["margin_median"])
     recs, negs = demo_audit.records, demo_audit.negatives
     assert np.allclose(
@@ -60,14 +155,99 @@ def test_statistics_are_consistent(demo_audit):
     )
 
 
-def test_envelope_flags_never_flag_genuine(demo_audit):
+ENVELOPE = {  # rule → (column, above?) as docs/design.md §3.5 lists them
+    "rho_high": ("rho_mean", True),
+    "eta_high": ("eta_mean", True),
+    "psi_high": ("psi_mean", True),
+    "inversion_low": ("inversion_rate", False),
+}
+
+
+def _expected_flags(rows: list[dict]) -> dict[str, str]:
+    """§3.5 written out: thresholds = max (high rules) / min (low rule) over the genuine rows only,
+    strict comparisons, NaN never flagged, names joined by ';' in rule order."""
+    genuine = [r for r in rows if r["kind"] == "genuine"]
+    out = {}
+    for row in rows:
+        hit = []
+        for rule, (column, high) in ENVELOPE.items():
+            values = [g[column] for g in genuine if not np.isnan(g[column])]
+            t = max(values) if high else min(values)
+            if not np.isnan(row[column]) and (row[column] > t if high else row[column] < t):
+                hit.append(rule)
+        out[row["source"]] = ";".join(hit)
+    return out
+
+
+def _rule_flags(flags: str) -> str:
+    """The §3.5 rules among a row's flags (other rules, e.g. §3.9's, are tested elsewhere)."""
+    return ";".join(f for f in flags.split(";") if f in ENVELOPE)
+
+
+def test_envelope_flags_equal_the_rule_on_the_demo(demo_audit):
+    """Every row's §3.5 flags (controls included) and the catch-rate equal §3.5 computed here.
+
+    Kills: envelope thresholds over all rows instead of the genuine ones (``genuine = rows`` in
+    ``flag_thresholds``: random_passages then sets the ρ threshold and escapes)."""
     frame = demo_audit.profile.to_frame()
-    assert (frame.loc[frame["kind"] == "genuine", "flags"] == "").all()
-    thresholds = demo_audit.profile.thresholds
-    assert thresholds["mode"] == "envelope"
-    genuine = frame[frame["kind"] == "genuine"]
-    assert thresholds["psi_high"] == genuine["psi_mean"].max()
-    assert thresholds["inversion_low"] == genuine["inversion_rate"].min()
+    rows = frame.to_dict("records")
+    expected = _expected_flags(rows)
+    assert {s: _rule_flags(f) for s, f in zip(frame["source"], frame["flags"], strict=True)} == expected
+    assert expected["random_passages"]  # the demo's control is caught, so the check has teeth
+    controls = list(frame.loc[frame["kind"] == "control", "source"])
+    by_flag = demo_audit.profile.catch_rate["by_flag"]
+    assert {rule: by_flag[rule] for rule in ENVELOPE} == {
+        rule: [c for c in controls if rule in expected[c].split(";")] for rule in ENVELOPE
+    }
+
+
+def test_envelope_rules_directions_and_strictness():
+    """Hand-built profile: two genuine sources span the envelope; one control sits past each rule,
+    one on a threshold (not flagged: strict), one inside, one with a NaN (never flagged).
+
+    Kills: the inversion rule with the wrong direction (``high=True`` for ``inversion_low``) and
+    ``>=`` instead of ``>`` in ``apply_flags``."""
+    g = {"kind": "genuine", "rho_mean": 0.6, "eta_mean": 0.4, "psi_mean": 0.3, "inversion_rate": 0.2}
+    rows = [
+        {**g, "source": "g1"},
+        {**g, "source": "g2", "rho_mean": 0.8, "eta_mean": 0.3, "psi_mean": 0.5, "inversion_rate": 0.4},
+        {**g, "source": "c_rho", "kind": "control", "rho_mean": 0.81},
+        {**g, "source": "c_eta", "kind": "control", "eta_mean": 0.41},
+        {**g, "source": "c_psi", "kind": "control", "psi_mean": 0.51},
+        {**g, "source": "c_inv", "kind": "control", "inversion_rate": 0.19},
+        {**g, "source": "c_high_inv", "kind": "control", "inversion_rate": 0.9},
+        {**g, "source": "c_edge", "kind": "control", "rho_mean": 0.8, "inversion_rate": 0.2},
+        {**g, "source": "c_nan", "kind": "control", "psi_mean": float("nan"), "rho_mean": float("nan")},
+    ]
+    thresholds = flag_thresholds(rows, "envelope", {})
+    assert {k: thresholds[k] for k in ("mode", *ENVELOPE)} == {
+        "mode": "envelope",
+        "rho_high": 0.8,
+        "eta_high": 0.4,
+        "psi_high": 0.5,
+        "inversion_low": 0.2,
+    }
+    flagged = apply_flags(rows, thresholds)
+    got = {r["source"]: _rule_flags(r["flags"]) for r in flagged}
+    assert got == _expected_flags(rows)
+    assert got == {
+        "g1": "",
+        "g2": "",
+        "c_rho": "rho_high",
+        "c_eta": "eta_high",
+        "c_psi": "psi_high",
+        "c_inv": "inversion_low",
+        "c_high_inv": "",
+        "c_edge": "",
+        "c_nan": "",
+    }
+    catch = catch_rate(flagged)
+    assert (catch["n_controls"], catch["n_controls_flagged"]) == (7, 4)
+    assert catch["controls_not_flagged"] == ["c_high_inv", "c_edge", "c_nan"]
+    by_flag = {"rho_high": ["c_rho"], "eta_high": ["c_eta"], "psi_high": ["c_psi"], "inversion_low": ["c_inv"]}
+    assert {rule: catch["by_flag"][rule] for rule in ENVELOPE} == by_flag
+    assert {r.name: (r.column, r.high) for r in FLAG_RULES if r.name in ENVELOPE} == ENVELOPE
+    assert catch["genuine_flagged"] == []
 
 
 def test_fixed_flags_and_reasons():

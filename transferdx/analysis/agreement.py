@@ -3,9 +3,12 @@
 A block is a (backbone, setting) pair, a setting being a group of sources. For each diagnostic,
 with its direction (+1: higher predicts better transfer, −1: lower does), and each block:
 complete ordering recovered (yes/no), Pearson r, Spearman ρ and Kendall τ between direction ×
-diagnostic and mean nDCG@10 over datasets. Uncertainty of the transfer ordering itself: a paired
-bootstrap over each dataset's queries gives the probability of every pairwise ordering and of the
-full ordering; paired t-tests between sources per dataset are Holm-corrected.
+diagnostic and mean nDCG@10 over datasets, and the number of source pairs each side ties.
+"Recovered" compares every pair of sources by sign, so no tie is broken by name: a pair the
+diagnostic ties counts as recovered only where transfer ties it too. Uncertainty of the transfer
+ordering itself: a paired bootstrap over each dataset's queries gives the probability of every
+pairwise ordering and of the full ordering; paired t-tests between sources per dataset are
+Holm-corrected.
 """
 
 from __future__ import annotations
@@ -21,10 +24,40 @@ import scipy.stats
 
 
 def ordering(values: Mapping[str, float], direction: int = 1) -> tuple[str, ...]:
-    """Sources from best to worst by ``direction × value`` (ties broken by name)."""
+    """Sources from best to worst by ``direction × value`` (ties broken by name, for display only:
+    use :func:`recovers` to compare two orderings, which never breaks a tie)."""
+    _check_direction(direction)
+    return tuple(sorted(values, key=lambda s: (-direction * values[s], s)))
+
+
+def _check_direction(direction: int) -> None:
     if direction not in (1, -1):
         raise ValueError(f"direction must be +1 or -1, got {direction}")
-    return tuple(sorted(values, key=lambda s: (-direction * values[s], s)))
+
+
+def _pair_signs(values: Mapping[str, float], sources: Sequence[str], direction: int = 1) -> np.ndarray:
+    """sign(direction × (v_a − v_b)) for every pair a < b of ``sources`` (NaN where a value is NaN)."""
+    v = direction * np.array([values[s] for s in sources], dtype=np.float64)
+    a, b = np.triu_indices(len(sources), k=1)
+    return np.sign(v[a] - v[b])
+
+
+def tied_pairs(values: Mapping[str, float], sources: Sequence[str] | None = None) -> int:
+    """How many pairs of ``sources`` (default: all of ``values``) have exactly equal values."""
+    signs = _pair_signs(values, sorted(values) if sources is None else list(sources))
+    return int(np.sum(signs == 0))
+
+
+def recovers(diagnostic: Mapping[str, float], transfer: Mapping[str, float], direction: int = 1) -> bool:
+    """Whether ``direction × diagnostic`` orders the sources exactly as ``transfer`` does: for every
+    pair a, b, sign(direction·(d_a − d_b)) = sign(t_a − t_b). A pair the diagnostic ties is recovered
+    only where transfer ties it too (and a transfer tie only where the diagnostic ties); a NaN value
+    recovers nothing. Sources: those with both values."""
+    _check_direction(direction)
+    sources = sorted(set(diagnostic) & set(transfer))
+    d = _pair_signs(diagnostic, sources, direction)
+    t = _pair_signs(transfer, sources)
+    return bool(np.all(d == t))
 
 
 @dataclass(frozen=True)
@@ -39,6 +72,8 @@ class BlockAgreement:
     pearson: float
     spearman: float
     kendall: float
+    ties: int = 0  # source pairs the diagnostic ties
+    transfer_ties: int = 0  # source pairs transfer ties
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -50,6 +85,8 @@ class BlockAgreement:
             "pearson": self.pearson,
             "spearman": self.spearman,
             "kendall": self.kendall,
+            "ties": self.ties,
+            "transfer_ties": self.transfer_ties,
         }
 
 
@@ -61,13 +98,16 @@ def block_agreement(
     name: str = "",
     direction: int = 1,
 ) -> BlockAgreement:
-    """Agreement of ``diagnostic`` (per source) with ``transfer`` (mean nDCG@10 per source)."""
+    """Agreement of ``diagnostic`` (per source) with ``transfer`` (mean nDCG@10 per source).
+
+    ``recovered`` is :func:`recovers` (ties are never broken by name); ``ties`` / ``transfer_ties``
+    count the source pairs each side ties."""
     sources = tuple(sorted(set(diagnostic) & set(transfer)))
     if len(sources) < 2:
         raise ValueError(f"a block needs at least two sources with both values, got {sources}")
     x = np.array([direction * diagnostic[s] for s in sources], dtype=np.float64)
     y = np.array([transfer[s] for s in sources], dtype=np.float64)
-    recovered = ordering({s: diagnostic[s] for s in sources}, direction) == ordering({s: transfer[s] for s in sources})
+    recovered = recovers({s: diagnostic[s] for s in sources}, {s: transfer[s] for s in sources}, direction)
     return BlockAgreement(
         block,
         name,
@@ -77,6 +117,8 @@ def block_agreement(
         float(scipy.stats.pearsonr(x, y)[0]),
         float(scipy.stats.spearmanr(x, y)[0]),
         float(scipy.stats.kendalltau(x, y)[0]),
+        tied_pairs(diagnostic, sources),
+        tied_pairs(transfer, sources),
     )
 
 
@@ -98,11 +140,13 @@ def rank_agreement(
 
 
 def blocks_recovered(table: pd.DataFrame) -> pd.DataFrame:
-    """ "k/n" per diagnostic: blocks whose complete ordering the diagnostic recovers."""
-    grouped = table.groupby("diagnostic", sort=False)["recovered"]
-    return pd.DataFrame({"recovered": grouped.sum().astype(int), "blocks": grouped.size()}).assign(
-        label=lambda f: f["recovered"].astype(str) + "/" + f["blocks"].astype(str)
-    )
+    """ "k/n" per diagnostic: blocks whose complete ordering the diagnostic recovers, and (where the
+    table has them) the source pairs the diagnostic ties, summed over blocks."""
+    grouped = table.groupby("diagnostic", sort=False)
+    out = pd.DataFrame({"recovered": grouped["recovered"].sum().astype(int), "blocks": grouped.size()})
+    if "ties" in table.columns:
+        out["ties"] = grouped["ties"].sum().astype(int)
+    return out.assign(label=lambda f: f["recovered"].astype(str) + "/" + f["blocks"].astype(str))
 
 
 def transfer_ordering_uncertainty(

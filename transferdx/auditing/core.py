@@ -16,14 +16,25 @@ from transferdx.artifacts import content_hash
 from transferdx.auditing.profiles import (
     AuditProfile,
     apply_flags,
+    bootstrap_rng,
     catch_rate,
     false_negative_rates,
     flag_thresholds,
+    percentile_ci,
     profile_sources,
+    resample_counts,
 )
-from transferdx.diagnostics.composite import CompositeSettings, composite, weights
+from transferdx.diagnostics.composite import CompositeSettings, composite, composite_bootstrap, weights
 from transferdx.diagnostics.lexical import negative_residuality
 from transferdx.diagnostics.semantic import BANDS, BandCuts, in_batch_scores, record_scores
+from transferdx.diagnostics.suspicion import (
+    SuspicionInputs,
+    SuspicionSettings,
+    checked_reasons,
+    record_counts,
+    suspect_negatives,
+    suspicion_score,
+)
 from transferdx.diagnostics.tokens import Tokenizer
 from transferdx.embed import EmbeddingCache, text_key
 from transferdx.inputs.records import Exclusion, LoadResult, Record
@@ -39,6 +50,7 @@ class SemanticSettings:
     in_batch: bool = False
     batch_size: int = 32
     composite: CompositeSettings = field(default_factory=CompositeSettings)
+    suspicion: SuspicionSettings = field(default_factory=SuspicionSettings)
 
 
 @dataclass(frozen=True)
@@ -49,6 +61,23 @@ class FlagSettings:
     )
 
 
+SUSPECT_COLUMNS = [
+    "source",
+    "kind",
+    "qid",
+    "neg_index",
+    "neg_id",
+    "query",
+    "positive",
+    "negative",
+    "s_qp",
+    "s_qn",
+    "s_pn",
+    "score",
+    "reasons",
+]
+
+
 @dataclass(frozen=True)
 class AuditResult:
     """Everything an audit computed: per-negative and per-record frames, the profile, exclusions."""
@@ -57,6 +86,10 @@ class AuditResult:
     records: pd.DataFrame
     profile: AuditProfile
     exclusions: tuple[Exclusion, ...]
+    # §3.9: one row per suspected false negative, with texts, most suspicious first
+    suspects: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=SUSPECT_COLUMNS))
+    # the reasons checked and α, δ (α, δ are "not_measured" in a lexical-only audit)
+    suspicion: Mapping[str, Any] = field(default_factory=dict)
 
     def summary(self) -> str:
         return self.profile.summary()
@@ -90,8 +123,10 @@ def audit(
         negatives[column] = pd.array([m[i] for m in meta], dtype="Int64" if i >= 2 else object)
     per_record = _lexical_records(records, negatives)
     extra: dict[str, dict[str, Any]] = {}
+    scored = encoder is not None and bool(records)
     if encoder is not None and records:
-        extra = _semantic(records, negatives, per_record, encoder, semantic, seed)
+        extra = _semantic(records, negatives, per_record, encoder, semantic, seed, resamples, confidence)
+    suspects = _suspicion(records, negatives, per_record, semantic.suspicion, scored)
     if loaded.false_negatives:
         fn = false_negative_rates(
             loaded.false_negatives,
@@ -115,10 +150,88 @@ def audit(
     thresholds = flag_thresholds(profile.rows, flags.mode, flags.fixed)
     rows = apply_flags(profile.rows, thresholds)
     descriptors = describe(records, loaded, encoder, semantic if encoder else None, idf_corpus, seed)
+    suspicion = suspicion_settings(semantic.suspicion, scored)
+    for desc in descriptors.values():
+        desc["fn_suspicion"] = suspicion
     profile = dataclasses.replace(
         profile, rows=tuple(rows), thresholds=thresholds, descriptors=descriptors, catch_rate=catch_rate(rows)
     )
-    return AuditResult(negatives, per_record, profile, tuple(loaded.exclusions))
+    return AuditResult(negatives, per_record, profile, tuple(loaded.exclusions), suspects, suspicion)
+
+
+def suspicion_settings(s: SuspicionSettings, scored: bool) -> dict[str, Any]:
+    """What the §3.9 suspicion checked: the reasons, and α and δ where an encoder scored."""
+    return {
+        "reasons_checked": list(checked_reasons(scored)),
+        "alpha": s.alpha if scored else "not_measured",
+        "delta": s.delta if scored else "not_measured",
+    }
+
+
+def _suspicion(
+    records: Sequence[Record],
+    negatives: pd.DataFrame,
+    per_record: pd.DataFrame,
+    s: SuspicionSettings,
+    scored: bool,
+) -> pd.DataFrame:
+    """Adds the §3.9 columns to ``negatives`` (``fn_<reason>``, ``fn_reasons``, ``fn_suspect``) and
+    ``per_record`` (``n_fn_suspect``, ``n_fn_<reason>``) in place; returns suspects.csv's frame: one
+    row per suspected negative, sorted by s(q,n) − α·s(q,p) descending (undefined last), then
+    source, qid, neg_index. The encoder reasons reuse the audit's embeddings (s_qp, s_qn, s_pn)."""
+    counts = np.array([len(r.negatives) for r in records], dtype=np.int64)
+    owner = np.repeat(np.arange(len(records)), counts)
+    nan = np.full(len(owner), np.nan)
+    s_qp = per_record["s_qp"].to_numpy(dtype=np.float64)[owner] if scored else nan
+    s_qn = negatives["s_qn"].to_numpy(dtype=np.float64) if scored else nan
+    s_pn = negatives["s_pn"].to_numpy(dtype=np.float64) if scored else nan
+    inputs = SuspicionInputs(
+        owner=owner,
+        neg_ids=[n.id for r in records for n in r.negatives],
+        neg_texts=[n.text for r in records for n in r.negatives],
+        positives=[[p.text for p in r.positives] for r in records],
+        s_qp=s_qp if scored else None,
+        s_qn=s_qn if scored else None,
+        s_pn=s_pn if scored else None,
+    )
+    flags = suspect_negatives(inputs, s)
+    for col in flags.columns:
+        negatives[col] = flags[col].to_numpy() if col in ("fn_reasons", "fn_suspect") else flags[col].array
+    for col, values in record_counts(flags, owner, len(records)).items():
+        per_record[col] = values
+
+    rows = np.flatnonzero(flags["fn_suspect"].to_numpy(bool))
+    recs = [records[i] for i in owner[rows]]
+    neg_index = negatives["neg_index"].to_numpy()[rows]
+    suspects = pd.DataFrame(
+        {
+            "source": [r.source for r in recs],
+            "kind": [r.kind for r in recs],
+            "qid": [r.qid for r in recs],
+            "neg_index": neg_index.astype(np.int64),
+            "neg_id": [r.negatives[int(k)].id for r, k in zip(recs, neg_index, strict=True)],
+            "query": [r.query for r in recs],
+            "positive": [r.positives[0].text for r in recs],
+            "negative": [r.negatives[int(k)].text for r, k in zip(recs, neg_index, strict=True)],
+            "s_qp": s_qp[rows],
+            "s_qn": s_qn[rows],
+            "s_pn": s_pn[rows],
+            "score": suspicion_score(s_qp[rows], s_qn[rows], s.alpha) if scored else nan[rows],
+            "reasons": flags["fn_reasons"].to_numpy()[rows],
+        },
+        columns=SUSPECT_COLUMNS,
+    )
+    order = sorted(
+        range(len(suspects)),
+        key=lambda i: (
+            np.isnan(suspects["score"].iat[i]),
+            -suspects["score"].iat[i] if not np.isnan(suspects["score"].iat[i]) else 0.0,
+            suspects["source"].iat[i],
+            suspects["qid"].iat[i],
+            int(suspects["neg_index"].iat[i]),
+        ),
+    )
+    return suspects.iloc[order].reset_index(drop=True)
 
 
 def _lexical_records(records: Sequence[Record], negatives: pd.DataFrame) -> pd.DataFrame:
@@ -164,9 +277,12 @@ def _semantic(
     encoder: EmbeddingCache,
     s: SemanticSettings,
     seed: int,
+    resamples: int = 1000,
+    confidence: float = 0.95,
 ) -> dict[str, dict[str, Any]]:
     """Adds the frozen-encoder columns to ``negatives`` and ``per_record`` (in place); returns the
-    per-source composites."""
+    per-source composites with their percentile bootstrap CIs over records (``<form>_ci_low`` /
+    ``<form>_ci_high``; the source's own stream, so the same resamples as its other statistics)."""
     counts = per_record["n_negatives"].to_numpy()
     owner = np.repeat(np.arange(len(records)), counts)
     queries = list(dict.fromkeys(r.query for r in records))
@@ -202,6 +318,7 @@ def _semantic(
     negatives["band"] = np.asarray(BANDS, dtype=object)[neg["band"]]
     negatives["pi"] = neg["pi"]
     negatives["energy"] = neg["energy"]
+    negatives["s_pn"] = np.einsum("ij,ij->i", e_p[owner], e_n) if len(e_n) else np.zeros(0)
     for key in ("s_qp", "background", "rho", "eta", "inversion", "margin", "loss", "energy", "hardness"):
         per_record[key] = rec[key]
     margin = rec["margin"]
@@ -216,11 +333,29 @@ def _semantic(
 
     w = weights(neg["rho"], neg["eta"], negatives["psi"].to_numpy(dtype=np.float64), s.composite)
     neg_source = negatives["source"].to_numpy()
-    composites = {}
+    rec_source = per_record["source"].to_numpy()
+    composites: dict[str, dict[str, Any]] = {}
     for name in sorted(set(neg_source)):
         mask = neg_source == name
-        values = composite(e_q[owner[mask]], e_p[owner[mask]], e_n[mask], w[mask], s.composite)
-        composites[name] = {f"composite_{form}": v for form, v in values.items()}
+        src_q, src_p = e_q[owner[mask]], e_p[owner[mask]]
+        values = composite(src_q, src_p, e_n[mask], w[mask], s.composite)
+        rec_rows = np.flatnonzero(rec_source == name)  # the source's records, in profile order
+        local = np.searchsorted(rec_rows, owner[mask])
+        boot = composite_bootstrap(
+            src_q,
+            src_p,
+            e_n[mask],
+            w[mask],
+            local,
+            resample_counts(len(rec_rows), bootstrap_rng(seed, name), resamples),
+            s.composite,
+        )
+        composites[name] = {}
+        for form, v in values.items():
+            low, high = percentile_ci(boot[form][:, None], confidence)
+            composites[name][f"composite_{form}"] = v
+            composites[name][f"composite_{form}_ci_low"] = float(low[0])
+            composites[name][f"composite_{form}_ci_high"] = float(high[0])
         composites[name]["embedding_dim"] = int(e_q.shape[1])
     return composites
 

@@ -93,6 +93,16 @@ SEMANTIC_STATS = (
     Stat("bucket_eta_le_025", "n_bucket_eta_le_025", "n_negatives"),
     Stat("bucket_c_ge_05", "n_bucket_c_ge_05", "n_psi_defined"),
 )
+# §3.9 false-negative suspicion: shares of negatives (the per-record counts come from the audit; a
+# reason that was not checked, e.g. an encoder reason in a lexical audit, has NaN counts → NaN rate).
+SUSPICION_STATS = (
+    Stat("fn_suspect_rate", "n_fn_suspect", "n_negatives"),
+    Stat("duplicate_positive_rate", "n_fn_duplicate_positive", "n_negatives"),
+    Stat("duplicate_negative_rate", "n_fn_duplicate_negative", "n_negatives"),
+    Stat("positive_aware_rate", "n_fn_positive_aware", "n_negatives"),
+    Stat("near_duplicate_positive_rate", "n_fn_near_duplicate_positive", "n_negatives"),
+)
+SUSPICION_COLUMNS = [s.name for s in SUSPICION_STATS]
 QUANTILES = {"margin_median": 0.5, "margin_p05": 0.05, "margin_p10": 0.10}
 
 
@@ -101,17 +111,52 @@ def _name_key(name: str) -> int:
     return int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest()[:4], "little")
 
 
-def resample_counts(n: int, rng: np.random.Generator, resamples: int, chunk: int = 200):
-    """Yield (B_chunk × n) matrices of how often each record appears in each bootstrap resample.
+def bootstrap_rng(seed: int, name: str) -> np.random.Generator:
+    """The bootstrap stream of one source, from (seed, sha256(name)). Every bootstrap of a source's
+    statistics (ratios, margin quantiles, composites) starts from it, so resample b is the same set
+    of records for all of them."""
+    return np.random.default_rng([seed, _name_key(name)])
 
-    Indices are drawn as ``rng.integers(0, n, (B_chunk, n))``, the same stream as
-    ``scipy.stats.bootstrap`` draws for one sample.
-    """
+
+def resample_indices(n: int, rng: np.random.Generator, resamples: int, chunk: int = 200):
+    """Yield (B_chunk × n) matrices of the record indices of each bootstrap resample, drawn as
+    ``rng.integers(0, n, (B_chunk, n))``, the same stream as ``scipy.stats.bootstrap`` draws for one
+    sample."""
     for start in range(0, resamples, chunk):
         rows = min(chunk, resamples - start)
-        idx = rng.integers(0, n, size=(rows, n))
+        yield rng.integers(0, n, size=(rows, n))
+
+
+def resample_counts(n: int, rng: np.random.Generator, resamples: int, chunk: int = 200):
+    """Yield (B_chunk × n) matrices of how often each record appears in each bootstrap resample
+    (the counts of :func:`resample_indices`)."""
+    for idx in resample_indices(n, rng, resamples, chunk):
+        rows = len(idx)
         flat = (idx + (np.arange(rows)[:, None] * n)).ravel()
         yield np.bincount(flat, minlength=rows * n).reshape(rows, n).astype(np.float64)
+
+
+def _check_bootstrap(resamples: int, confidence: float) -> None:
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
+    if resamples < 1:
+        raise ValueError(f"resamples must be ≥ 1, got {resamples}")
+
+
+def percentile_ci(stats: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
+    """The (α/2, 1 − α/2) percentiles of each column of ``stats`` (resamples × n_stats), NaN
+    resamples left out (NaN where every resample is NaN)."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
+    alpha = 1 - confidence
+    k = stats.shape[1]
+    low = np.full(k, np.nan)
+    high = np.full(k, np.nan)
+    for j in range(k):
+        col = stats[:, j][~np.isnan(stats[:, j])]
+        if len(col):
+            low[j], high[j] = np.quantile(col, [alpha / 2, 1 - alpha / 2])
+    return low, high
 
 
 def bootstrap_ratios(
@@ -122,10 +167,7 @@ def bootstrap_ratios(
     confidence: float = 0.95,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Percentile CIs of Σ num / Σ den for each column of ``num``/``den`` (n_records × n_stats)."""
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
-    if resamples < 1:
-        raise ValueError(f"resamples must be ≥ 1, got {resamples}")
+    _check_bootstrap(resamples, confidence)
     n, k = num.shape
     if n == 0:
         return np.full(k, np.nan), np.full(k, np.nan)
@@ -135,14 +177,30 @@ def bootstrap_ratios(
         with np.errstate(invalid="ignore", divide="ignore"):
             stats[row : row + len(counts)] = (counts @ num) / (counts @ den)
         row += len(counts)
-    alpha = 1 - confidence
-    low = np.full(k, np.nan)
-    high = np.full(k, np.nan)
-    for j in range(k):
-        col = stats[:, j][~np.isnan(stats[:, j])]
-        if len(col):
-            low[j], high[j] = np.quantile(col, [alpha / 2, 1 - alpha / 2])
-    return low, high
+    return percentile_ci(stats, confidence)
+
+
+def bootstrap_quantiles(
+    values: np.ndarray,
+    quantiles: Sequence[float],
+    rng: np.random.Generator,
+    resamples: int = 1000,
+    confidence: float = 0.95,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile CIs of ``np.quantile(values, q)`` (numpy's default "linear" method, as the point
+    estimate) for each q, resampling the record values with replacement (the resamples of
+    :func:`resample_indices`; each chunk of resamples is one gather and one vectorised quantile)."""
+    _check_bootstrap(resamples, confidence)
+    values = np.asarray(values, dtype=np.float64)
+    qs = np.asarray(quantiles, dtype=np.float64)
+    if len(values) == 0:
+        return np.full(len(qs), np.nan), np.full(len(qs), np.nan)
+    stats = np.empty((resamples, len(qs)))
+    row = 0
+    for idx in resample_indices(len(values), rng, resamples):
+        stats[row : row + len(idx)] = np.quantile(values[idx], qs, axis=1).T
+        row += len(idx)
+    return percentile_ci(stats, confidence)
 
 
 def bootstrap_mean_ci(
@@ -218,14 +276,17 @@ def profile_sources(
     sources: Sequence[str] | None = None,
     extra: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> AuditProfile:
-    """One profile row per source (sorted by name), with CIs for every mean and rate.
+    """One profile row per source (sorted by name), with CIs for every mean, rate and margin quantile.
 
     ``psi_mean`` = mean of record ψ over records with a defined ψ; ``coverage_mean`` = 1 − psi_mean.
-    Semantic statistics are added when ``per_record`` has their columns. ``extra`` adds per-source
-    values computed elsewhere (the composites). A source whose every record was excluded still gets
+    Semantic statistics are added when ``per_record`` has their columns; the margin quantiles get
+    ``<name>_ci_low`` / ``<name>_ci_high`` from the same resamples as every other statistic
+    (:func:`bootstrap_rng`). ``extra`` adds per-source values computed elsewhere (the composites and
+    their CIs). A source whose every record was excluded still gets
     a row (n_records = 0, NaN statistics).
     """
     semantic = "rho" in per_record.columns
+    suspicion = "n_fn_suspect" in per_record.columns
     stats = LEXICAL_STATS + (SEMANTIC_STATS if semantic else ())
     names = sorted(set(per_record["source"]) | set(sources or ()))
     excl_counts: dict[str, int] = {}
@@ -238,7 +299,7 @@ def profile_sources(
         num, den = _num_den(sub, stats)
         with np.errstate(invalid="ignore", divide="ignore"):
             point = num.sum(axis=0) / den.sum(axis=0)
-        low, high = bootstrap_ratios(num, den, np.random.default_rng([seed, _name_key(name)]), resamples, confidence)
+        low, high = bootstrap_ratios(num, den, bootstrap_rng(seed, name), resamples, confidence)
         kinds = sorted(set(sub["kind"]))
         row: dict[str, Any] = {
             "source": name,
@@ -256,9 +317,25 @@ def profile_sources(
         row["coverage_mean"] = 1.0 - row["psi_mean"]
         if semantic:
             margins = sub["margin"].to_numpy(dtype=np.float64)
-            for col, q in QUANTILES.items():
+            q_low, q_high = bootstrap_quantiles(
+                margins, list(QUANTILES.values()), bootstrap_rng(seed, name), resamples, confidence
+            )
+            for j, (col, q) in enumerate(QUANTILES.items()):
                 row[col] = float(np.quantile(margins, q)) if len(margins) else float("nan")
+                row[f"{col}_ci_low"] = float(q_low[j])
+                row[f"{col}_ci_high"] = float(q_high[j])
             row["n_h_undefined"] = int(sub["hardness"].isna().sum())
+        if suspicion:
+            # Its own call on the source's stream: the same resamples as the statistics above, which
+            # stay bit-for-bit what they were before these columns existed.
+            s_num, s_den = _num_den(sub, SUSPICION_STATS)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                s_point = s_num.sum(axis=0) / s_den.sum(axis=0)
+            s_low, s_high = bootstrap_ratios(s_num, s_den, bootstrap_rng(seed, name), resamples, confidence)
+            for j, stat in enumerate(SUSPICION_STATS):
+                row[stat.name] = float(s_point[j])
+                row[f"{stat.ci_prefix}_ci_low"] = float(s_low[j])
+                row[f"{stat.ci_prefix}_ci_high"] = float(s_high[j])
         row.update((extra or {}).get(name, {}))
         rows.append(row)
     return AuditProfile(tuple(rows), {k: excl_counts[k] for k in sorted(excl_counts)}, dict(settings or {}))
@@ -286,6 +363,16 @@ FLAG_RULES = (
     FlagRule("psi_high", "psi_mean", True, "ψ", "psi"),
     FlagRule("inversion_low", "inversion_rate", False, "inversion", "inversion"),
 )
+# §3.9: the suspected-false-negative share, same envelope rule (strict, genuine sources only); in
+# ``fixed`` mode only when the config gives a threshold (the study had none). The exact-duplicate
+# share has its own rule: a genuine perturbation source is near-duplicate by construction (its
+# negatives are edits of p), which lifts the fn_suspect envelope above a source whose negatives are
+# copies of p; no genuine source copies p, so duplicate_positive_high still separates that defect.
+SUSPICION_FLAG_RULES = (
+    FlagRule("fn_suspect_high", "fn_suspect_rate", True, "fn_suspect", "fn_suspect"),
+    FlagRule("duplicate_positive_high", "duplicate_positive_rate", True, "duplicate_positive", "duplicate_positive"),
+)
+ALL_FLAG_RULES = FLAG_RULES + SUSPICION_FLAG_RULES
 FLAG_MODES = ("envelope", "fixed")
 
 
@@ -296,7 +383,7 @@ def flag_thresholds(rows: Sequence[Mapping[str, Any]], mode: str, fixed: Mapping
         raise ValueError(f"flag mode must be one of {FLAG_MODES}, got {mode!r}")
     out: dict[str, Any] = {"mode": mode}
     genuine = [r for r in rows if r.get("kind") == "genuine"]
-    for rule in FLAG_RULES:
+    for rule in ALL_FLAG_RULES:
         if not rows or rule.column not in rows[0]:
             continue
         if mode == "fixed":
@@ -315,7 +402,7 @@ def apply_flags(rows: Sequence[Mapping[str, Any]], thresholds: Mapping[str, Any]
     out = []
     for row in rows:
         names, reasons = [], []
-        for rule in FLAG_RULES:
+        for rule in ALL_FLAG_RULES:
             if rule.name not in thresholds or rule.column not in row or _nan(row[rule.column]):
                 continue
             t, v = thresholds[rule.name], row[rule.column]
@@ -341,7 +428,9 @@ def catch_rate(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "n_controls": len(controls),
         "n_controls_flagged": sum(bool(flagged[r["source"]]) for r in controls),
         "by_flag": {
-            rule.name: [r["source"] for r in controls if rule.name in flagged[r["source"]]] for rule in FLAG_RULES
+            rule.name: [r["source"] for r in controls if rule.name in flagged[r["source"]]]
+            for rule in ALL_FLAG_RULES
+            if rule in FLAG_RULES or any(rule.column in r for r in rows)
         },
         "controls_not_flagged": [r["source"] for r in controls if not flagged[r["source"]]],
         "genuine_flagged": [r["source"] for r in rows if r.get("kind") == "genuine" and flagged[r["source"]]],

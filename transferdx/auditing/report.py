@@ -25,6 +25,7 @@ FILES = {
     "records": "records.csv",
     "negatives": "negatives.csv",
     "exclusions": "exclusions.csv",
+    "suspects": "suspects.csv",
     "report": "report.md",
     "plot": "psi.png",
     "plot_profile": "profile.png",
@@ -41,6 +42,27 @@ MEAN_STATS = [  # (profile column, CI prefix, label)
     ("h_mean", "h", "h"),
     ("loss_mean", "loss", "loss"),
     ("energy_mean", "energy", "energy"),
+]
+MARGIN_STATS = [  # quantiles of the record margins and the shares by sign, each with its CI
+    ("margin_median", "margin_median", "margin_median"),
+    ("margin_p05", "margin_p05", "margin_p05"),
+    ("margin_p10", "margin_p10", "margin_p10"),
+    ("margin_lt0", "margin_lt0", "margin_lt0"),
+    ("margin_eq0", "margin_eq0", "margin_eq0"),
+    ("margin_gt0", "margin_gt0", "margin_gt0"),
+]
+SUSPICION_STATS = [  # §3.9 shares of negatives, each with its CI
+    ("fn_suspect_rate", "fn_suspect_rate", "fn_suspect_rate"),
+    ("duplicate_positive_rate", "duplicate_positive_rate", "duplicate_positive"),
+    ("duplicate_negative_rate", "duplicate_negative_rate", "duplicate_negative"),
+    ("positive_aware_rate", "positive_aware_rate", "positive_aware"),
+    ("near_duplicate_positive_rate", "near_duplicate_positive_rate", "near_duplicate_positive"),
+]
+SUSPECTS_SHOWN = 10  # per source in report.md; suspects.csv has them all
+TEXT_WIDTH = 120
+COMPOSITE_STATS = [
+    ("composite_logdet", "composite_logdet", "composite_logdet"),
+    ("composite_trace", "composite_trace", "composite_trace"),
 ]
 
 
@@ -81,14 +103,14 @@ def _markdown_table(frame: pd.DataFrame, floatfmt: str = ".4f") -> str:
     return "\n".join(lines)
 
 
-def _with_ci(frame: pd.DataFrame, stats: list[tuple[str, str, str]]) -> pd.DataFrame:
+def _with_ci(frame: pd.DataFrame, stats: list[tuple[str, str, str]], fmt: str = ".3f") -> pd.DataFrame:
     """A table of ``value [low, high]`` cells for the stats present in ``frame``."""
     out = pd.DataFrame({"source": frame["source"], "kind": frame["kind"]})
     for col, prefix, label in stats:
         if col not in frame:
             continue
         out[label] = [
-            "—" if math.isnan(v) else f"{v:.3f} [{lo:.3f}, {hi:.3f}]"
+            "—" if math.isnan(v) else f"{v:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]"
             for v, lo, hi in zip(frame[col], frame[f"{prefix}_ci_low"], frame[f"{prefix}_ci_high"], strict=True)
         ]
     return out
@@ -127,20 +149,20 @@ def render_report(result: AuditResult, settings: Mapping[str, Any]) -> str:
         "",
     ]
     if semantic:
-        margin_cols = ["source", "margin_median", "margin_p05", "margin_p10", "margin_lt0", "margin_eq0", "margin_gt0"]
         band_cols = [
             "source",
             *(f"band_{b}" for b in BANDS),
             "bucket_rho_lt_05",
             "bucket_eta_le_025",
             "bucket_c_ge_05",
-            "composite_logdet",
-            "composite_trace",
         ]
         parts += [
             "### Margins",
             "",
-            _markdown_table(frame[margin_cols]),
+            "Median, 5th and 10th percentile of the record margins and the shares of records with margin"
+            " < 0, = 0, > 0, each with its percentile bootstrap CI over records.",
+            "",
+            _markdown_table(_with_ci(frame, MARGIN_STATS)),
             "",
             "![margin distribution per source](margins.png)",
             "",
@@ -148,15 +170,20 @@ def render_report(result: AuditResult, settings: Mapping[str, Any]) -> str:
             "",
             "Bands (shares of negatives) from w = exp((s(q,n) − s(q,p))/τ): inverted s(q,n) ≥ s(q,p);"
             " hard w ≥ 0.5; medium 0.1 ≤ w < 0.5; easy otherwise. Buckets: ρ < 0.5; η ≤ 0.25; C = 1 − ψ ≥ 0.5."
-            " Composites: (1/d) log det(I + M/ε) and tr(M)/ε of the weighted residual scatter M.",
+            " Composites: (1/d) log det(I + M/ε) and tr(M)/ε of the weighted residual scatter M, with"
+            " percentile bootstrap CIs over records (a resampled record brings all its negatives).",
             "",
             _markdown_table(frame[band_cols]),
+            "",
+            _markdown_table(_with_ci(frame, COMPOSITE_STATS, ".4f")),
             "",
             "![band shares per source](bands.png)",
             "",
         ]
     if "false_negative_rate" in frame:
         parts += _false_negative_section(frame)
+    if "fn_suspect_rate" in frame:
+        parts += _suspects_section(frame, result)
     parts += _flags_section(frame, profile.thresholds)
     parts += _catch_rate_section(profile.catch_rate)
     parts += _descriptor_section(profile.descriptors)
@@ -214,6 +241,65 @@ def _false_negative_section(frame: pd.DataFrame) -> list[str]:
     ]
 
 
+def _short(text: Any, width: int = TEXT_WIDTH) -> str:
+    """One line of at most ``width`` characters (… when cut), safe inside a markdown table cell."""
+    flat = " ".join(str(text).split()).replace("|", "\\|")
+    return flat if len(flat) <= width else flat[: width - 1].rstrip() + "…"
+
+
+def _suspects_section(frame: pd.DataFrame, result: AuditResult) -> list[str]:
+    info = result.suspicion
+    checked = list(info.get("reasons_checked", []))
+    encoder = "positive_aware" in checked
+    rule = (
+        f"`positive_aware` s(q,n) ≥ α·s(q,p) with α = {info.get('alpha')} (s(q,n) ≥ s(q,p) when s(q,p) ≤ 0);"
+        f" `near_duplicate_positive` cos(p0, n) ≥ δ = {info.get('delta')}; "
+        if encoder
+        else "`positive_aware` and `near_duplicate_positive` **not checked** (lexical audit, no encoder: their"
+        " rates are — and `fn_suspect_rate` counts the text reasons only); "
+    )
+    lines = [
+        "## Suspected false negatives",
+        "",
+        "Negatives suspected to answer the query (design §3.9): "
+        + rule
+        + "`duplicate_positive` normalised text (NFKC, case-folded, whitespace collapsed) equal to a positive's;"
+        " `duplicate_negative` the same passage again among the record's negatives (the first occurrence is not"
+        " suspected). Shares of negatives with their 95% percentile bootstrap CI over records; every suspect is"
+        " listed in `suspects.csv`, most suspicious (s(q,n) − α·s(q,p)) first.",
+        "",
+        _markdown_table(_with_ci(frame, SUSPICION_STATS)),
+        "",
+    ]
+    suspects = result.suspects
+    for name in frame["source"]:
+        sub = suspects[suspects["source"] == name]
+        if not len(sub):
+            continue
+        shown = sub.head(SUSPECTS_SHOWN)
+        lines += [
+            f"### {name}: top {len(shown)} of {len(sub)} suspects",
+            "",
+            _markdown_table(
+                pd.DataFrame(
+                    {
+                        "qid": shown["qid"].astype(str),
+                        "rank": shown["neg_index"].astype(str),
+                        "s_qp": shown["s_qp"],
+                        "s_qn": shown["s_qn"],
+                        "reasons": shown["reasons"],
+                        "query": [_short(t) for t in shown["query"]],
+                        "positive": [_short(t) for t in shown["positive"]],
+                        "negative": [_short(t) for t in shown["negative"]],
+                    }
+                ),
+                ".3f",
+            ),
+            "",
+        ]
+    return lines
+
+
 def _catch_rate_section(catch: Mapping[str, Any]) -> list[str]:
     if not catch.get("n_controls"):
         return []
@@ -254,7 +340,7 @@ def _figure(rows: int, width: float = 8.0, panels: int = 1):
     return plt, fig, axes[0]
 
 
-def _png(plt: Any, fig: Any) -> bytes:
+def png_bytes(plt: Any, fig: Any) -> bytes:
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", metadata={"Software": None})
@@ -299,7 +385,7 @@ def plot_psi(result: AuditResult) -> bytes:
     ax.set_xlabel("mean lexical residuality ψ (95% bootstrap CI)")
     ax.set_xlim(0, 1)
     _legend(ax)
-    return _png(plt, fig)
+    return png_bytes(plt, fig)
 
 
 def plot_profile(result: AuditResult) -> bytes:
@@ -310,7 +396,7 @@ def plot_profile(result: AuditResult) -> bytes:
         _dots(ax, frame, col, prefix)
         ax.set_xlabel(f"mean {label} (95% CI)")
     _legend(axes[-1])
-    return _png(plt, fig)
+    return png_bytes(plt, fig)
 
 
 def plot_margins(result: AuditResult) -> bytes:
@@ -324,7 +410,7 @@ def plot_margins(result: AuditResult) -> bytes:
     ax.set_yticks(range(len(frame)), list(frame["source"]))
     ax.set_xlabel("record margin s(q,p) − max_k s(q,n_k)  (< 0: inverted)")
     ax.grid(axis="x", alpha=0.3)
-    return _png(plt, fig)
+    return png_bytes(plt, fig)
 
 
 def plot_bands(result: AuditResult) -> bytes:
@@ -341,7 +427,7 @@ def plot_bands(result: AuditResult) -> bytes:
     ax.set_xlim(0, 1)
     ax.set_xlabel("share of negatives by InfoNCE band")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
-    return _png(plt, fig)
+    return png_bytes(plt, fig)
 
 
 def write_audit(result: AuditResult, out_dir: str | Path, settings: Mapping[str, Any]) -> dict[str, Path]:
@@ -356,6 +442,7 @@ def write_audit(result: AuditResult, out_dir: str | Path, settings: Mapping[str,
     atomic_write_text(paths["records"], _csv(result.records))
     atomic_write_text(paths["negatives"], _csv(result.negatives))
     atomic_write_text(paths["exclusions"], _csv(exclusions_frame(result.exclusions)))
+    atomic_write_text(paths["suspects"], _csv(result.suspects))
     atomic_write_text(paths["report"], render_report(result, settings))
     atomic_write_bytes(paths["plot"], plot_psi(result))
     if semantic:
@@ -366,4 +453,6 @@ def write_audit(result: AuditResult, out_dir: str | Path, settings: Mapping[str,
     write_meta(paths["profile_json"], config, rows=len(profile))
     write_meta(paths["records"], config, rows=len(result.records))
     write_meta(paths["negatives"], config, rows=len(result.negatives))
+    suspicion = {**config, "fn_suspicion": _json_safe(dict(result.suspicion))}
+    write_meta(paths["suspects"], suspicion, rows=len(result.suspects))
     return {k: p for k, p in paths.items() if p.exists()}

@@ -1,6 +1,6 @@
 """The study's Tables 1–10 (layouts of ``seeds/004``), regenerated from stored artifacts.
 
-Builders are pure: they take the artifacts already read (:class:`Artifacts`) and return a
+Builders are pure: they take the artifacts already read (:class:`TableInputs`) and return a
 :class:`Table` whose every number is a :class:`Cell` that names the artifact file and the row and
 column it came from. Tables only format; the statistics are computed where the artifacts were
 written (audit, evaluation, agreement, matching). ``TABLES`` registers the builders by name.
@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from transferdx.analysis.agreement import ordering
-from transferdx.analysis.sensitivity import Run, changed, find_base, kendall, value_range
+from transferdx.analysis.sensitivity import AuditRun, changed, find_base, kendall, value_range
 
 SOURCE_NAMES = {"bm25": "BM25", "dense": "Dense", "llm": "LLM", "perturb": "Perturb"}
 DATASET_NAMES = {
@@ -74,7 +74,8 @@ class Table:
         return bold.format(text) if item.bold else text
 
     def _display(self, bold: str) -> list[list[str]]:
-        out, previous = [], [None] * self.groups
+        out: list[list[str]] = []
+        previous: list[Any] = [None] * self.groups
         for row in self.rows:
             cells = [self._text(c, bold) for c in row]
             shown = list(cells)
@@ -209,7 +210,7 @@ class Study:
 
 
 @dataclass(frozen=True)
-class Artifacts:
+class TableInputs:
     """Everything the tables read, plus the options that shape them."""
 
     studies: tuple[Study, ...]
@@ -222,7 +223,7 @@ class Artifacts:
     matched: pd.DataFrame | None = None  # matched.csv
     balance: pd.DataFrame | None = None  # balance.csv
     match_folder: str = ""
-    runs: tuple[Run, ...] = ()  # sensitivity audits (folders relative to the root)
+    runs: tuple[AuditRun, ...] = ()  # sensitivity audits (folders relative to the root)
     base: Mapping[str, Any] = field(default_factory=dict)
     stability_diagnostic: str = "composite_logdet"
     labels: Mapping[str, str] = field(default_factory=dict)
@@ -269,8 +270,8 @@ def _profile_cell(study: Study, source: str, column: str, **kw: Any) -> Cell:
 # Tables 1–10
 
 
-def table1(a: Artifacts) -> Table:
-    """BEIR nDCG@10 per (backbone, setting, source) and dataset, with the mean over datasets."""
+def transfer_ndcg(a: TableInputs) -> Table:
+    """Table 1: BEIR nDCG@10 per (backbone, setting, source) and dataset, with the mean over datasets."""
     datasets = list(dict.fromkeys(d for s in a.studies for d in s.results["dataset"]))
     rows, groups = [], []
     for study in a.studies:
@@ -305,8 +306,8 @@ def table1(a: Artifacts) -> Table:
     )
 
 
-def table2(a: Artifacts) -> Table:
-    """Mean ψ per source and mean nDCG@10 per backbone."""
+def psi_and_transfer(a: TableInputs) -> Table:
+    """Table 2: Mean ψ per source and mean nDCG@10 per backbone."""
     first = a.studies[0]
     means = [mean_ndcg(study) for study in a.studies]
     rows = []
@@ -332,7 +333,7 @@ def table2(a: Artifacts) -> Table:
 
 
 def _block_rows(
-    a: Artifacts, columns: Sequence[tuple[str, int]]
+    a: TableInputs, columns: Sequence[tuple[str, int]]
 ) -> tuple[list[list[Any]], list[Any], list[tuple[Study, str]]]:
     """Rows (backbone, setting, source, profile columns) of every trained source, their bold groups,
     and the (study, source) each row is about."""
@@ -349,8 +350,8 @@ def _block_rows(
     return rows, groups, about
 
 
-def table3(a: Artifacts) -> Table:
-    """Frozen target-backbone diagnostics: composite, gradient energy, MNRL proxy, any-of-K inversion."""
+def frozen_diagnostics(a: TableInputs) -> Table:
+    """Table 3: Frozen target-backbone diagnostics: composite, gradient energy, MNRL proxy, any-of-K inversion."""
     rows, groups, _ = _block_rows(
         a, [("composite_logdet", 4), ("energy_mean", 2), ("loss_mean", 3), ("inversion_rate", 3)]
     )
@@ -389,8 +390,10 @@ def controls_below(profile: pd.DataFrame, column: str, direction: int) -> bool |
     return bool(controls.max() < genuine.min())
 
 
-def table4(a: Artifacts) -> Table:
-    """Per diagnostic: control criterion per backbone, blocks recovered k/n, mean Pearson r per setting."""
+def rank_agreement_summary(a: TableInputs) -> Table:
+    """Table 4: Per diagnostic: control criterion per backbone, blocks recovered k/n, source pairs the diagnostic
+    ties (summed over blocks; "n/a" for an agreement table without the ``ties`` column), mean Pearson
+    r per setting."""
     if a.agreement is None:
         raise ValueError("Table 4 needs the agreement (agree_dir, or study_dirs to compute it)")
     agr = a.agreement
@@ -410,6 +413,11 @@ def table4(a: Artifacts) -> Table:
                 a.agreement_file,
                 f"diagnostic={name}; sum of recovered / rows",
             ),
+            Cell(
+                int(mine["ties"].sum()) if "ties" in mine.columns else "n/a",
+                a.agreement_file,
+                f"diagnostic={name}; sum of ties",
+            ),
         ]
         for setting in settings:
             part = mine[mine["block"].str.endswith(f"/{setting}")]
@@ -424,18 +432,20 @@ def table4(a: Artifacts) -> Table:
         rows.append(row)
     return Table(
         "Table 4",
-        "Component and weighting comparisons. Blocks counts complete transfer orderings recovered. r is the "
+        "Component and weighting comparisons. Blocks counts complete transfer orderings recovered. Ties counts "
+        "the pairs of sources a diagnostic gives equal values, summed over blocks; a tied pair counts as "
+        "recovered only where transfer ties it too. r is the "
         "Pearson correlation with mean BEIR nDCG@10 within each backbone and setting, averaged across "
         "backbones. The control criterion (one entry per backbone: "
         + "/".join(a.label(s.backbone) for s in a.studies)
         + ") requires every control to rank below every genuine source.",
-        ("Variant", "Criterion", "Blocks", *(f"r ({_setting_label(s)})" for s in settings)),
+        ("Variant", "Criterion", "Blocks", "Ties", *(f"r ({_setting_label(s)})" for s in settings)),
         tuple(tuple(r) for r in rows),
     )
 
 
-def table5(a: Artifacts, column: str = "composite_logdet") -> Table:
-    """Every audited source ranked by the combined attribute score, rank in parentheses."""
+def composite_ranking(a: TableInputs, column: str = "composite_logdet") -> Table:
+    """Table 5: Every audited source ranked by the combined attribute score, rank in parentheses."""
     first = a.studies[0]
     if column not in first.profile.columns:
         raise ValueError(f"Table 5 needs {column} in the audit profile (semantic diagnostics)")
@@ -463,8 +473,8 @@ def table5(a: Artifacts, column: str = "composite_logdet") -> Table:
     )
 
 
-def table6(a: Artifacts) -> Table:
-    """The audit profile with flags, every source, per backbone."""
+def audit_profile_flags(a: TableInputs) -> Table:
+    """Table 6: The audit profile with flags, every source, per backbone."""
     rows = []
     notes = []
     for study in a.studies:
@@ -498,8 +508,8 @@ def table6(a: Artifacts) -> Table:
     )
 
 
-def table7(a: Artifacts) -> Table:
-    """In-family composite and composite per embedding dimension."""
+def composite_per_dimension(a: TableInputs) -> Table:
+    """Table 7: In-family composite and composite per embedding dimension."""
     rows, groups, about = _block_rows(a, [("composite_logdet", 4)])
     for row, (study, source) in zip(rows, about, strict=True):
         profile = study.profile
@@ -519,14 +529,14 @@ def table7(a: Artifacts) -> Table:
     )
 
 
-def _sensitivity_base(a: Artifacts, name: str) -> Run:
+def _sensitivity_base(a: TableInputs, name: str) -> AuditRun:
     if not a.runs:
         raise ValueError(f"{name} needs sensitivity audits (sensitivity_dirs)")
     return find_base(a.runs, a.base)
 
 
-def table8(a: Artifacts) -> Table:
-    """Kendall τ between each sample fraction's ordering and the full-sample ordering, per setting."""
+def sample_fraction_stability(a: TableInputs) -> Table:
+    """Table 8: Kendall τ between each sample fraction's ordering and the full-sample ordering, per setting."""
     base = _sensitivity_base(a, "Table 8")
     runs = sorted(
         (r for r in a.runs if r is base or set(changed(r, base)) == {"sample_fraction"}),
@@ -562,8 +572,8 @@ def table8(a: Artifacts) -> Table:
     )
 
 
-def table9(a: Artifacts) -> Table:
-    """Tokenizer and IDF-corpus sensitivity: base composite, ranges one factor at a time, C and ψ."""
+def tokenizer_idf_sensitivity(a: TableInputs) -> Table:
+    """Table 9: Tokenizer and IDF-corpus sensitivity: base composite, ranges one factor at a time, C and ψ."""
     base = _sensitivity_base(a, "Table 9")
     column = a.stability_diagnostic
     rows = []
@@ -610,8 +620,8 @@ BUCKETS: dict[str, Callable[[pd.DataFrame], pd.Series]] = {
 }
 
 
-def table10(a: Artifacts) -> Table:
-    """Failure-bucket rates (percent of explicit negatives); 'valid' = judged relevant (a false negative)."""
+def failure_buckets(a: TableInputs) -> Table:
+    """Table 10: Failure-bucket rates (percent of explicit negatives); 'valid' = judged relevant (a false negative)."""
     study = a.studies[0]
     if study.negatives is None or "rho" not in study.negatives.columns:
         raise ValueError("Table 10 needs audit/negatives.csv with the semantic columns")
@@ -652,7 +662,7 @@ def family_shown(row: Mapping[str, Any]) -> bool:
     return "backbone" in str(row["factor"]).split("+") and bool(row["family"])
 
 
-def sensitivity_table(a: Artifacts, frame: pd.DataFrame, artifact: str) -> Table:
+def sensitivity_table(a: TableInputs, frame: pd.DataFrame, artifact: str) -> Table:
     """All sensitivity runs in one table: factor, value, setting, diagnostic, ordering, Kendall τ."""
     rows = []
     for i, r in frame.iterrows():
@@ -677,7 +687,7 @@ def sensitivity_table(a: Artifacts, frame: pd.DataFrame, artifact: str) -> Table
     )
 
 
-def uncertainty_table(a: Artifacts) -> Table:
+def uncertainty_table(a: TableInputs) -> Table:
     """How sure the transfer ordering itself is: paired-bootstrap probabilities per block."""
     if not a.uncertainty:
         raise ValueError("the uncertainty table needs transfer_uncertainty.json (agree_dir)")
@@ -701,7 +711,7 @@ def uncertainty_table(a: Artifacts) -> Table:
     )
 
 
-def matching_table(a: Artifacts) -> Table:
+def matching_table(a: TableInputs) -> Table:
     """Share of ψ-matched repetitions reproducing the transfer ordering, per statistic and resolution."""
     if a.matched is None or a.balance is None or not len(a.matched):
         raise ValueError("the matching table needs matched.csv and balance.csv (match_dir)")
@@ -747,24 +757,25 @@ def matching_table(a: Artifacts) -> Table:
     )
 
 
-TABLES: dict[str, Callable[[Artifacts], Table]] = {
-    "table1": table1,
-    "table2": table2,
-    "table3": table3,
-    "table4": table4,
-    "table5": table5,
-    "table6": table6,
-    "table7": table7,
-    "table8": table8,
-    "table9": table9,
-    "table10": table10,
+# The paper's table number (the output file name) → the builder, named after what it shows.
+TABLES: dict[str, Callable[[TableInputs], Table]] = {
+    "table1": transfer_ndcg,
+    "table2": psi_and_transfer,
+    "table3": frozen_diagnostics,
+    "table4": rank_agreement_summary,
+    "table5": composite_ranking,
+    "table6": audit_profile_flags,
+    "table7": composite_per_dimension,
+    "table8": sample_fraction_stability,
+    "table9": tokenizer_idf_sensitivity,
+    "table10": failure_buckets,
     "uncertainty": uncertainty_table,
     "matching": matching_table,
 }
 
 
 def render(
-    a: Artifacts, names: Sequence[str], sensitivity: pd.DataFrame | None = None, sensitivity_file: str = ""
+    a: TableInputs, names: Sequence[str], sensitivity: pd.DataFrame | None = None, sensitivity_file: str = ""
 ) -> dict[str, Table | str]:
     """Build the named tables; a table whose artifacts are missing maps to the reason (a string)."""
     out: dict[str, Table | str] = {}
