@@ -1,0 +1,240 @@
+"""``transferdx.clean`` / ``transferdx-clean`` (design §3.9, cleaning): suspected false negatives
+removed or relabeled as positives, the removed and emptied tables, the copy's format, re-audits at a
+zero suspect rate, byte-stable output; and α, δ from the Hydra config."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_dir
+
+import transferdx as tdx
+from transferdx import config
+from transferdx.auditing.core import audit as core_audit
+from transferdx.auditing.result import Audit
+from transferdx.cleaning import RELABELED_RELATION, clean_records
+from transferdx.diagnostics.suspicion import SuspicionSettings
+from transferdx.diagnostics.tokens import alnum
+from transferdx.inputs.records import LoadResult, Passage, Record, read_records, write_records
+from transferdx.presets import config_dir
+
+from .conftest import run_cli
+
+
+def rec(qid: str, negatives: list[tuple[str, str]], positive: str = "the answer", source: str = "s") -> Record:
+    return Record(qid, f"query {qid}", (Passage("p", positive),), tuple(Passage(i, t) for i, t in negatives), source)
+
+
+# q2 comes first: the copy keeps the input's order, not the audit's (source, qid) order.
+RECORDS = [
+    rec("q2", [("a", "alpha"), ("b", "  THE   answer "), ("c", "gamma"), ("a", "alpha"), ("d", "delta")]),
+    rec("q1", [("e", "The Answer")]),  # only negative copies p: emptied
+    rec("q3", [("f", "fine"), ("g", "good")]),  # nothing suspected
+]
+
+
+def lexical(records):
+    return tdx.audit(records, encoder=None, resamples=20, controls="none")
+
+
+def test_remove_text_reasons_counts_order_and_emptied():
+    """Kills: removing the first occurrence of a repeated negative instead of the repeat, reordering
+    the kept negatives or the records (to the audit's sorted order), dropping an emptied record
+    without listing it, and counting the emptied record's negative as relabeled."""
+    done = tdx.clean(RECORDS, lexical(RECORDS), action="remove")
+    assert [r.qid for r in done.records] == ["q2", "q3"]
+    q2 = done.records[0]
+    assert [(n.id, n.text) for n in q2.negatives] == [("a", "alpha"), ("c", "gamma"), ("d", "delta")]
+    assert q2.positives == RECORDS[0].positives
+    assert done.records[1] == RECORDS[2]
+    assert done.removed[["qid", "neg_index", "neg_id", "reasons", "action"]].values.tolist() == [
+        ["q2", 1, "b", "duplicate_positive", "removed"],
+        ["q2", 3, "a", "duplicate_negative", "removed"],
+        ["q1", 0, "e", "duplicate_positive", "removed"],
+    ]
+    assert done.removed["negative"].tolist() == ["  THE   answer ", "alpha", "The Answer"]
+    assert done.emptied.values.tolist() == [["s", "q1", 1, 1, 0]]
+    d = done.descriptor
+    assert (d["n_removed"], d["n_relabeled"], d["n_emptied"], d["n_records_out"]) == (3, 0, 1, 2)
+    assert "1 records left without negatives" in done.summary() and "emptied: s/q1" in done.summary()
+
+
+def test_reasons_subset_and_what_cannot_be_cleaned():
+    """Kills: ignoring ``reasons`` (acting on every reason), treating an unchecked encoder reason as
+    'nothing to remove' instead of an error, accepting an unknown action, and cleaning with an
+    audit of other records (a sampled audit)."""
+    result = lexical(RECORDS)
+    done = tdx.clean(RECORDS, result, reasons=["duplicate_negative"])
+    assert done.removed["neg_id"].tolist() == ["a"] and done.emptied.empty
+    with pytest.raises(ValueError, match="not checked"):
+        tdx.clean(RECORDS, result, reasons=["positive_aware"])
+    with pytest.raises(ValueError, match="unknown suspicion reason"):
+        tdx.clean(RECORDS, result, reasons=["nope"])
+    with pytest.raises(ValueError, match="action"):
+        tdx.clean(RECORDS, result, action="drop")
+    with pytest.raises(ValueError, match="does not cover"):
+        tdx.clean(RECORDS, lexical(RECORDS[:2]))
+
+
+def test_text_reasons_need_no_encoder_and_reaudit_is_clean():
+    """Kills: a copy that still holds a suspected negative for a reason it cleaned (re-audit rate
+    must be 0 where it was > 0), and cleaning text reasons loading the encoder (a bogus encoder name
+    would raise)."""
+    before = lexical(RECORDS).profile.iloc[0]
+    assert before["duplicate_positive_rate"] > 0 and before["duplicate_negative_rate"] > 0
+    done = tdx.clean(
+        RECORDS, reasons=["duplicate_positive", "duplicate_negative"], encoder="no-such-encoder", resamples=20
+    )
+    after = lexical(done.records).profile.iloc[0]
+    assert after["duplicate_positive_rate"] == 0 and after["duplicate_negative_rate"] == 0
+    assert after["fn_suspect_rate"] == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The encoder reasons, with a fixed fake encoder: s(q, x) = x[0]
+
+
+class FixedEncoder:
+    """Queries are e_1; a passage gets its vector from ``vectors`` (p on axis 1, negatives on axis 2,
+    so s(p0, n) = s(q,p)·s(q,n) unless a vector is given for both)."""
+
+    def __init__(self, vectors: dict[str, np.ndarray]):
+        self.vectors = vectors
+
+    def embed(self, texts, role):
+        return np.stack([np.eye(4)[0] if role == "query" else self.vectors[t] for t in texts])
+
+    def scorer(self):
+        return {"encoder": "fixed"}
+
+
+def vec(s: float, axis: int) -> np.ndarray:
+    v = np.zeros(4)
+    v[0], v[axis] = s, math.sqrt(1 - s * s)
+    return v
+
+
+# s(q,p) = 0.8 everywhere, so positive_aware ⇔ s(q,n) ≥ 0.76
+SCORES = {"the answer": vec(0.8, 1), "low": vec(0.1, 2), "Close": vec(0.1, 2), "close": vec(0.9, 2)}
+SCORES |= {"mid": vec(0.5, 2), "high": vec(0.99, 2), "THE ANSWER": vec(0.8, 1)}
+ENC_RECORDS = [
+    # "Close" (kept, s=0.1) has the normalised text of "close" (relabeled): removed after relabel
+    rec("q1", [("n0", "Close"), ("n1", "low"), ("n2", "close"), ("n3", "mid"), ("n4", "THE ANSWER")]),
+    rec("q2", [("n5", "high"), ("n6", "high")]),  # same text, other ids: the 2nd cannot be a 2nd positive
+    rec("q3", [("m", "mid"), ("m", "mid")]),  # a repeat only (duplicate_negative): removed, never relabeled
+]
+
+
+def fake_audit(records):
+    return Audit(core_audit(LoadResult(list(records)), alnum, encoder=FixedEncoder(SCORES), resamples=20))
+
+
+def test_relabel_moves_answering_negatives_after_p0():
+    """Kills: relabeling a copy of p or a repeated negative (a duplicate positive), putting the moved
+    negative before p0, forgetting the relation mark, and keeping a negative that now copies a
+    relabeled one."""
+    done = tdx.clean(ENC_RECORDS, fake_audit(ENC_RECORDS), action="relabel")
+    q1 = done.records[0]
+    assert [p.id for p in q1.positives] == ["p", "n2"]
+    assert q1.positives[1] == Passage("n2", "close", relation=RELABELED_RELATION)
+    assert [n.id for n in q1.negatives] == ["n1", "n3"]
+    assert done.removed[["qid", "neg_index", "reasons", "action"]].values.tolist() == [
+        ["q1", 0, "duplicate_positive", "removed"],
+        ["q1", 2, "positive_aware", "relabeled"],
+        ["q1", 4, "positive_aware;duplicate_positive;near_duplicate_positive", "removed"],
+        ["q2", 0, "positive_aware", "relabeled"],
+        ["q2", 1, "positive_aware", "removed"],
+        ["q3", 1, "duplicate_negative", "removed"],
+    ]
+    assert [n.id for n in done.records[1].negatives] == ["m"] and len(done.records[1].positives) == 1
+    assert done.emptied.values.tolist() == [["s", "q2", 2, 1, 1]]
+    assert (done.descriptor["n_relabeled"], done.descriptor["n_removed"]) == (2, 4)
+
+
+@pytest.mark.parametrize("action", ["remove", "relabel"])
+def test_reaudit_with_the_encoder_is_clean(action):
+    """Kills: leaving positive_aware / near_duplicate_positive suspects in the copy, and a relabel
+    that changes p0 (which would move every s(q,p) and so the rule's bar)."""
+    done = tdx.clean(ENC_RECORDS, fake_audit(ENC_RECORDS), action=action)
+    profile = fake_audit(done.records).profile.iloc[0]
+    for rate in ("fn_suspect_rate", "positive_aware_rate", "near_duplicate_positive_rate", "duplicate_positive_rate"):
+        assert profile[rate] == 0, rate
+    assert all(r.positives[0] == Passage("p", "the answer") for r in done.records)
+
+
+def test_core_takes_the_negatives_csv_frame(tmp_path):
+    """Kills: a core that needs the Audit object (negatives.csv reads ``fn_reasons`` as NaN when
+    empty and the encoder reasons as missing)."""
+    import pandas as pd
+
+    result = lexical(RECORDS)
+    result.save(tmp_path)
+    frame = pd.read_csv(tmp_path / "negatives.csv")
+    cleaned, removed, emptied = clean_records(RECORDS, frame, action="remove")
+    again = tdx.clean(RECORDS, result)
+    assert cleaned == again.records and removed.equals(again.removed) and emptied.equals(again.emptied)
+
+
+# ---------------------------------------------------------------------------------------------
+# Files: the copy's format, bytes, the CLI
+
+
+def test_copy_keeps_a_records_file_and_says_when_it_cannot(tmp_path):
+    """Kills: writing a records file input as something else (another name or a folder), a copy the
+    reader cannot read back, output bytes that vary between runs, and an in-memory input claimed as
+    written back in its own format."""
+    path = tmp_path / "mined.jsonl"
+    write_records(RECORDS, path)
+    a = tdx.clean(path, encoder=None, resamples=20, out=tmp_path / "a")
+    b = tdx.clean(path, encoder=None, resamples=20, out=tmp_path / "b")
+    names = sorted(str(p.relative_to(tmp_path / "a")) for p in (tmp_path / "a").rglob("*") if p.is_file())
+    assert names == ["clean.json", "cleaned/mined.jsonl", "emptied.csv", "exclusions.csv", "removed.csv"]
+    for name in names:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+    assert tdx.load(tmp_path / "a" / "cleaned").records == a.records == b.records
+    assert a.descriptor["faithful"] is True and "note:" not in a.summary()
+    mem = tdx.clean(RECORDS, encoder=None, resamples=20, out=tmp_path / "m")
+    assert mem.descriptor["faithful"] is False and "cannot be written back" in mem.summary()
+    assert read_records(tmp_path / "m" / "cleaned").records == mem.records
+    flag = tmp_path / "flag.jsonl"  # FlagEmbedding {query, pos, neg}: read, but not written back
+    flag.write_text('{"query": "q", "pos": ["the answer"], "neg": ["x", "THE answer"]}\n', encoding="utf-8")
+    other = tdx.clean(flag, encoder=None, resamples=20, out=tmp_path / "f")
+    assert other.descriptor["faithful"] is False and "cannot be written back" in other.descriptor["note"]
+    assert [n.text for n in read_records(tmp_path / "f" / "cleaned").records[0].negatives] == ["x"]
+
+
+def compose_clean(*items: str):
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        return compose(config_name="clean", overrides=list(items))
+
+
+def test_alpha_delta_from_the_config():
+    """Kills: ``diagnostics.suspicion`` not passed to the settings (α fixed at 0.95), and defaults
+    other than the library's (which would change existing audit outputs)."""
+    cfg = compose_clean("diagnostics.suspicion.alpha=0.9", "diagnostics.suspicion.delta=0.8")
+    assert config.semantic_settings(cfg).suspicion == SuspicionSettings(alpha=0.9, delta=0.8)
+    assert config.semantic_settings(compose_clean()).suspicion == SuspicionSettings()
+    call = config.clean_call(compose_clean("input=x.jsonl", "clean.reasons=[duplicate_negative]", "output_dir=o"))
+    assert call["encoder"] is None and call["options"].semantic is None and call["reasons"] == ["duplicate_negative"]
+
+
+def test_cli_end_to_end(tmp_path):
+    """Kills: a console script that writes other bytes than the library, loses the summary's emptied
+    count, or exits 0 on a bad action."""
+    path = tmp_path / "mined.jsonl"
+    write_records(RECORDS, path)
+    out = tmp_path / "cli"
+    proc = run_cli(
+        "clean", f"input={path}", f"output_dir={out}", f"hydra.run.dir={tmp_path / 'run'}", "diagnostics=lexical"
+    )
+    assert "1 records left without negatives" in proc.stdout and "3 negatives removed" in proc.stdout
+    lib = tdx.clean(path, encoder=None, out=tmp_path / "lib")
+    for name in ("cleaned/mined.jsonl", "removed.csv", "emptied.csv"):
+        assert (out / name).read_bytes() == (tmp_path / "lib" / name).read_bytes(), name
+    assert lib.descriptor["n_removed"] == 3
+    bad = run_cli(
+        "clean", f"input={path}", f"output_dir={out}", "clean.action=drop", "diagnostics=lexical", check=False
+    )
+    assert bad.returncode == 2 and "action" in bad.stderr

@@ -1,0 +1,298 @@
+"""Fix suspected false negatives (design §3.9): a copy of the records with the negatives the audit
+suspects removed, or moved to the positives (``relabel``, as RLHN does).
+
+The core, :func:`clean_records`, is pure: records and the audit's per-negative frame (``source``,
+``qid``, ``neg_index``, ``fn_<reason>``, ``fn_reasons``) in; cleaned records, the removed table and
+the emptied records out. :func:`clean` loads, audits when no audit is given, cleans and, with
+``out``, writes the copy (:meth:`CleanResult.save`).
+
+``relabel`` moves a negative to the positives (after the existing ones, so p0 stays the reference
+positive; ``relation`` becomes :data:`RELABELED_RELATION`) only when one of the reasons that say it
+answers the query holds (:data:`RELABEL_REASONS`) and its normalised text is not already a positive.
+Otherwise it is removed: a copy of a positive (``duplicate_positive``) or a repeat of an earlier
+negative (``duplicate_negative``) adds nothing as a positive. A negative left with the normalised
+text of a relabeled one would copy a positive, so it is removed too (reason ``duplicate_positive``).
+
+A record left without negatives cannot be written (the records format needs one): it is left out of
+the copy and listed in ``emptied.csv``, counted in the summary and in ``clean.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from transferdx.artifacts import atomic_write_text, canonical_json, safe_join
+from transferdx.auditing.report import exclusions_frame
+from transferdx.auditing.result import Audit
+from transferdx.diagnostics.suspicion import REASONS, TEXT_REASONS, normalise_text
+from transferdx.inputs.records import LoadResult, Passage, Record, write_records, write_source_folder
+from transferdx.pipeline import AuditOptions, EncoderLike, audit, load
+
+ACTIONS = ("remove", "relabel")
+RELABELED_RELATION = "relabeled_false_negative"
+# the reasons that say a negative answers the query (the others say it copies a passage)
+RELABEL_REASONS = frozenset({"positive_aware", "near_duplicate_positive"})
+REMOVED_COLUMNS = ["source", "qid", "neg_index", "neg_id", "negative", "reasons", "action"]
+EMPTIED_COLUMNS = ["source", "qid", "n_negatives", "n_removed", "n_relabeled"]
+COPY_DIR = "cleaned"  # the copy, apart from the tables (a folder is read whole, CSV included)
+FILES = {"removed": "removed.csv", "emptied": "emptied.csv", "descriptor": "clean.json"}
+
+
+def _csv(frame: pd.DataFrame) -> str:
+    return frame.to_csv(index=False, lineterminator="\n")
+
+
+def _reasons_of(suspicion: pd.DataFrame, reasons: Sequence[str] | None) -> tuple[str, ...]:
+    """The reasons to act on (all that were checked when ``reasons`` is None), validated: a reason
+    the audit could not check (an encoder reason of a lexical audit) is an error, never a no-op."""
+    checked = [r for r in REASONS if f"fn_{r}" in suspicion.columns and not suspicion[f"fn_{r}"].isna().any()]
+    if reasons is None:
+        return tuple(checked)
+    unknown = [r for r in reasons if r not in REASONS]
+    if unknown:
+        raise ValueError(f"unknown suspicion reason(s) {unknown}; valid: {list(REASONS)}")
+    unchecked = [r for r in reasons if r not in checked]
+    if unchecked:
+        raise ValueError(
+            f"reason(s) {unchecked} were not checked by the audit (they need the encoder); checked: {checked}"
+        )
+    return tuple(r for r in REASONS if r in reasons)
+
+
+def clean_records(
+    records: Sequence[Record],
+    suspicion: pd.DataFrame,
+    *,
+    reasons: Sequence[str] | None = None,
+    action: str = "remove",
+) -> tuple[list[Record], pd.DataFrame, pd.DataFrame]:
+    """(cleaned records in input order, removed table, emptied table). ``suspicion`` has a row per
+    negative of every record (the audit's ``negatives`` frame or ``negatives.csv``); ``reasons``:
+    the reasons to act on (None: every reason the audit checked). Records without a negative left
+    are not in the cleaned list; they are the rows of the emptied table."""
+    if action not in ACTIONS:
+        raise ValueError(f"clean action must be one of {ACTIONS}, got {action!r}")
+    chosen = set(_reasons_of(suspicion, reasons))
+    fn_reasons = suspicion["fn_reasons"].fillna("").astype(str)
+    hits: dict[tuple[str, str], dict[int, list[str]]] = {}
+    seen: dict[tuple[str, str], int] = {}
+    for src, qid, k, joined in zip(
+        suspicion["source"], suspicion["qid"], suspicion["neg_index"], fn_reasons, strict=True
+    ):
+        key = (str(src), str(qid))
+        seen[key] = seen.get(key, 0) + 1
+        held = [r for r in joined.split(";") if r in chosen]
+        if held:
+            hits.setdefault(key, {})[int(k)] = held
+    cleaned: list[Record] = []
+    removed: list[tuple[Any, ...]] = []
+    emptied: list[tuple[Any, ...]] = []
+    for rec in records:
+        key = (rec.source, rec.qid)
+        if seen.get(key) != len(rec.negatives):
+            raise ValueError(
+                f"the audit does not cover record {rec.source}/{rec.qid} ({seen.get(key, 0)} of "
+                f"{len(rec.negatives)} negatives): audit the same records (sample_fraction=1.0)"
+            )
+        new, rows = _clean_one(rec, hits.get(key, {}), action)
+        removed.extend(rows)
+        if new.negatives:
+            cleaned.append(new)
+        else:
+            n_relabeled = sum(1 for r in rows if r[-1] == "relabeled")
+            emptied.append((rec.source, rec.qid, len(rec.negatives), len(rows) - n_relabeled, n_relabeled))
+    return cleaned, pd.DataFrame(removed, columns=REMOVED_COLUMNS), pd.DataFrame(emptied, columns=EMPTIED_COLUMNS)
+
+
+def _clean_one(rec: Record, held: Mapping[int, list[str]], action: str) -> tuple[Record, list[tuple[Any, ...]]]:
+    """One record: its negatives that hold a chosen reason removed or relabeled, in order."""
+    positives = list(rec.positives)
+    known = {normalise_text(p.text) for p in positives}
+    moved: set[str] = set()
+    kept: list[tuple[int, Passage]] = []
+    rows: list[tuple[Any, ...]] = []
+    for k, neg in enumerate(rec.negatives):
+        reasons, text = held.get(k), normalise_text(neg.text)
+        if not reasons and text in moved:
+            reasons = ["duplicate_positive"]  # copies a negative relabeled above
+        if not reasons:
+            kept.append((k, neg))
+            continue
+        verb = "removed"
+        if action == "relabel" and RELABEL_REASONS.intersection(reasons) and text not in known:
+            positives.append(dataclasses.replace(neg, relation=RELABELED_RELATION))
+            known.add(text)
+            moved.add(text)
+            verb = "relabeled"
+        rows.append((rec.source, rec.qid, k, neg.id, neg.text, ";".join(reasons), verb))
+    # a kept negative before the one relabeled with its text copies a positive now
+    late = [(k, n) for k, n in kept if normalise_text(n.text) in moved]
+    rows += [(rec.source, rec.qid, k, n.id, n.text, "duplicate_positive", "removed") for k, n in late]
+    rows.sort(key=lambda r: int(r[2]))
+    negatives = tuple(n for k, n in kept if normalise_text(n.text) not in moved)
+    return dataclasses.replace(rec, positives=tuple(positives), negatives=negatives), rows
+
+
+@dataclass(frozen=True)
+class CleanResult:
+    """What :func:`clean` did: the cleaned records (``loaded``), the ``removed`` and ``emptied``
+    tables, and ``descriptor`` (what ``clean.json`` holds: action, reasons, counts, output format
+    and whether it is the input's own)."""
+
+    loaded: LoadResult
+    removed: pd.DataFrame
+    emptied: pd.DataFrame
+    descriptor: Mapping[str, Any]
+    audit: Audit | None = field(default=None, repr=False)
+
+    @property
+    def records(self) -> list[Record]:
+        return self.loaded.records
+
+    def summary(self) -> str:
+        d = self.descriptor
+        unchecked = [r for r in REASONS if r not in d["reasons_checked"]]
+        lines = [
+            f"{d['action']} on {', '.join(d['reasons']) or '(no reason)'}: {d['n_removed']} negatives removed, "
+            f"{d['n_relabeled']} relabeled as positives, of {d['n_negatives_in']} in {d['n_records_in']} records",
+            *([f"not checked (no encoder): {', '.join(unchecked)}"] if unchecked else []),
+            f"{d['n_emptied']} records left without negatives (not written; listed in emptied.csv)",
+        ]
+        lines += [f"  emptied: {row.source}/{row.qid}" for row in self.emptied.head(20).itertuples()]
+        if len(self.emptied) > 20:
+            lines.append(f"  … and {len(self.emptied) - 20} more")
+        if d["n_excluded"]:
+            lines.append(f"{d['n_excluded']} input items excluded on reading (exclusions.csv)")
+        lines.append(f"{d['n_records_out']} records written to {COPY_DIR}/ as {d['output_format']}")
+        if not d["faithful"]:
+            lines.append(f"note: {d['note']}")
+        return "\n".join(lines)
+
+    def save(self, folder: str | Path) -> list[Path]:
+        """Write the cleaned copy into ``folder/cleaned/`` (a records file named as the input's, or
+        one ``<source>.jsonl`` per source with sidecars: what ``transferdx-audit input=`` reads) and
+        ``removed.csv``, ``emptied.csv``, ``exclusions.csv``, ``clean.json`` next to it; returns the
+        paths written."""
+        folder = Path(folder)
+        copy = safe_join(folder, COPY_DIR)
+        name = self.descriptor.get("file_name")
+        if name:
+            path = safe_join(copy, str(name))
+            write_records(self.loaded.records, path)
+            written = [path]
+        else:
+            written = write_source_folder(self.loaded, copy)
+        for key, frame in (("removed", self.removed), ("emptied", self.emptied)):
+            written.append(safe_join(folder, FILES[key]))
+            atomic_write_text(written[-1], _csv(frame))
+        written.append(safe_join(folder, "exclusions.csv"))
+        atomic_write_text(written[-1], _csv(exclusions_frame(tuple(self.loaded.exclusions))))
+        written.append(safe_join(folder, FILES["descriptor"]))
+        atomic_write_text(written[-1], canonical_json(dict(self.descriptor)))
+        return written
+
+
+def _output_plan(data: Any, format: str, loaded: LoadResult) -> dict[str, Any]:
+    """How the copy is written and whether that is the input's own format (never pretended): only
+    what the records reader read (``input.format == "records"`` in every source's descriptor) is."""
+    is_path = isinstance(data, str | Path) and Path(str(data)).exists()
+    forms = sorted({str(d.get("input", {}).get("format", "?")) for d in loaded.descriptors.values()})
+    if is_path and format == "records" and forms == ["records"]:
+        path = Path(str(data))
+        plan: dict[str, Any]
+        if path.is_file():
+            plan = {"file_name": path.name, "output_format": "records JSONL (one file, named as the input)"}
+        else:
+            plan = {"file_name": None, "output_format": "records JSONL folder (one <source>.jsonl per source)"}
+        return plan | {"input_format": "records", "faithful": True, "note": ""}
+    if is_path:
+        what = f"input {', '.join(forms) if format == 'records' else repr(format)}"
+        format = "; ".join(forms) if format == "records" else format
+    elif isinstance(data, str) and data == "demo":
+        what, format = "the embedded demo", "demo"
+    else:
+        what, format = f"in-memory input ({type(data).__name__})", "in_memory"
+    note = f"{what} cannot be written back in its own format yet; the copy is records JSONL"
+    return {
+        "file_name": None,
+        "input_format": format,
+        "output_format": "records JSONL folder (one <source>.jsonl per source)",
+        "faithful": False,
+        "note": note,
+    }
+
+
+def clean(
+    records: Any,
+    audit_result: Audit | pd.DataFrame | None = None,
+    *,
+    reasons: Sequence[str] | None = None,
+    action: str = "remove",
+    out: str | Path | None = None,
+    encoder: EncoderLike | None = "minilm_l6",
+    cache_dir: str | Path | None = None,
+    format: str = "records",
+    source: str | None = None,
+    options: AuditOptions | None = None,
+    **overrides: Any,
+) -> CleanResult:
+    """Remove (``action="remove"``) or relabel as positives (``"relabel"``) the negatives suspected
+    of being false negatives for ``reasons`` (None: every reason the audit checked; see
+    :data:`transferdx.diagnostics.suspicion.REASONS`). ``records``: anything :func:`transferdx.load`
+    takes (``format``, ``source`` as there). ``audit_result``: an :class:`Audit` of the same records
+    or its per-negative frame; without it the records are audited here (``encoder``, ``options``
+    and keyword ``overrides`` as :func:`transferdx.audit`; no encoder when every reason asked for is
+    a text reason). With ``out`` the copy is written there (:meth:`CleanResult.save`)."""
+    options = dataclasses.replace(options or AuditOptions(), **overrides)
+    loaded = load(records, format=format, source=source, on_error=options.on_error)
+    frame: pd.DataFrame
+    result: Audit | None = audit_result if isinstance(audit_result, Audit) else None
+    if audit_result is None:
+        text_only = reasons is not None and set(reasons) <= set(TEXT_REASONS)
+        enc = None if text_only else encoder
+        # controls would only add sources to audit: suspicion is per negative, of the records alone
+        result = audit(loaded, options, encoder=enc, cache_dir=cache_dir, controls="none")
+        frame = result.result.negatives
+    else:
+        frame = audit_result.result.negatives if isinstance(audit_result, Audit) else audit_result
+    chosen = _reasons_of(frame, reasons)
+    cleaned, removed, emptied = clean_records(loaded.records, frame, reasons=chosen, action=action)
+    plan = _output_plan(records, format, loaded)
+    counts = removed["action"].value_counts()
+    descriptor: dict[str, Any] = {
+        "action": action,
+        "reasons": list(chosen),
+        "reasons_checked": [r for r in REASONS if r in _reasons_of(frame, None)],
+        "relabeled_relation": RELABELED_RELATION if action == "relabel" else None,
+        "n_records_in": len(loaded.records),
+        "n_negatives_in": sum(len(r.negatives) for r in loaded.records),
+        "n_removed": int(counts.get("removed", 0)),
+        "n_relabeled": int(counts.get("relabeled", 0)),
+        "n_emptied": len(emptied),
+        "n_records_out": len(cleaned),
+        "n_excluded": len(loaded.exclusions),
+        "measured_false_negatives_dropped": sorted(loaded.false_negatives),
+        **plan,
+    }
+    if result is not None:
+        descriptor["audit"] = {k: result.settings[k] for k in sorted(result.settings)}
+        descriptor["fn_suspicion"] = dict(result.result.suspicion)
+    out_loaded = LoadResult(
+        cleaned,
+        list(loaded.exclusions),
+        {s: dict(d) for s, d in loaded.descriptors.items()},
+        {},  # measured false negatives were counted before cleaning: not carried over
+    )
+    summary = {k: descriptor[k] for k in ("action", "reasons", "relabeled_relation")}
+    for name in {r.source for r in cleaned}:
+        out_loaded.describe(name, cleaned=summary)
+    done = CleanResult(out_loaded, removed, emptied, descriptor, result)
+    if out is not None:
+        done.save(out)
+    return done
