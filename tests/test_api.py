@@ -54,7 +54,7 @@ def test_library_and_cli_write_the_same_bytes(tmp_path):
 
 def test_negatives_carry_their_texts():
     recs = [record("q1", "alpha beta", ["gamma", "alpha"]), record("q2", "delta", ["epsilon"])]
-    result = tdx.audit(recs, encoder=None, semantic=None, resamples=50)
+    result = tdx.audit(recs, encoder=None, semantic=None, resamples=50, controls="none")
     neg = result.negatives.set_index(["qid", "neg_index"])
     assert neg.loc[("q1", 1), "text"] == "alpha" and neg.loc[("q1", 1), "query"] == "alpha beta"
     assert neg.loc[("q2", 0), "text"] == "epsilon"
@@ -177,3 +177,34 @@ def test_no_private_name_imported_across_modules():
 def test_cli_is_thin():
     cli = (PACKAGE / "cli.py").read_text(encoding="utf-8")
     assert len(cli.splitlines()) < 200 and "DictConfig" not in (PACKAGE / "pipeline.py").read_text(encoding="utf-8")
+
+
+def test_one_file_gets_controls_built_from_itself_and_a_verdict(tmp_path):
+    """A single genuine source: the controls that need only its own passages are built and audited
+    alongside (lexically: all but neighbor_positive, which needs an encoder, and is said so)."""
+    recs = [
+        tdx.Record(
+            f"q{i}",
+            f"topic{i} word{i} common",
+            (tdx.Passage(f"p{i}", f"topic{i} word{i} answer"),),
+            (tdx.Passage(f"a{i}", f"other{i} text"), tdx.Passage(f"b{i}", f"topic{i} near")),
+            "s",
+        )
+        for i in range(12)
+    ]
+    result = tdx.audit(recs, encoder=None, semantic=None, resamples=50)
+    kinds = result.profile.set_index("source")["kind"]
+    assert kinds["s"] == "genuine" and (kinds.drop("s") == "control").all()
+    assert set(kinds.index) == {"s", "easy_shuffled", "random_passages", "own_positive_mix"} | {
+        f"random_mix_{d}" for d in (25, 50, 75, 100)
+    }
+    built = result.settings["self_controls"]
+    assert built["parent"] == "s" and built["skipped"] == {"neighbor_positive": "needs an encoder (lexical audit)"}
+    assert result.catch_rate["n_controls"] == 7
+    verdict = result.verdict()
+    assert verdict.startswith("## Verdict") and "**s** (12 records)" in verdict and "of 7" in verdict
+    result.save(tmp_path)
+    report = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert report.index("## Verdict") < report.index("## Settings")
+    again = tdx.audit(recs, encoder=None, semantic=None, resamples=50, controls="none")
+    assert list(again.profile["source"]) == ["s"]

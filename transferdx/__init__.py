@@ -5,12 +5,15 @@
     result = tdx.audit(records)                       # lexical ψ + frozen-encoder diagnostics
     result.profile, result.flags, result.negatives    # DataFrames
     result.save("out/audit")                          # report.md, CSVs, plots
+    tdx.clean("mined.jsonl", result, out="out/clean")  # suspected false negatives removed
 
 Definitions: docs/design.md. The command-line tools (``transferdx-audit`` …) call these verbs.
 """
 
 from transferdx.auditing.core import FlagSettings, SemanticSettings
 from transferdx.auditing.result import Audit
+from transferdx.cleaning import CleanResult, clean
+from transferdx.diagnostics.suspicion import SuspicionSettings
 from transferdx.embed import EmbeddingCache, EncoderSpec
 from transferdx.inputs.formats import QuerySet
 from transferdx.inputs.records import Exclusion, InputError, LoadResult, Passage, Record
@@ -42,6 +45,7 @@ __all__ = [
     "AuditOptions",
     "BenchmarkDataset",
     "BenchmarkSettings",
+    "CleanResult",
     "EmbeddingCache",
     "EncoderSpec",
     "Exclusion",
@@ -53,12 +57,14 @@ __all__ = [
     "Record",
     "SemanticSettings",
     "StudyResult",
+    "SuspicionSettings",
     "TrainResult",
     "TrainSettings",
     "__version__",
     "agree",
     "audit",
     "build_sources",
+    "clean",
     "encoder_spec",
     "evaluate",
     "load",

@@ -15,6 +15,7 @@ from transferdx import config as c
 from transferdx import pipeline as p
 from transferdx.artifacts import atomic_write_text, canonical_json, safe_join
 from transferdx.auditing.report import exclusions_frame
+from transferdx.cleaning import clean
 from transferdx.inputs.records import InputError, write_source_folder
 from transferdx.training import checkpoint_spec
 
@@ -27,7 +28,8 @@ def run_audit(cfg: DictConfig) -> Path:
     """Load, audit, write artifacts, print the profile. Returns the output folder."""
     started, out, encoder = time.perf_counter(), Path(cfg.output_dir), c.build_encoder(cfg)
     options = c.audit_options(cfg)
-    result = p.audit(c.load_inputs(cfg, encoder), options, encoder=encoder if options.semantic else None)
+    loaded = c.load_inputs(cfg, encoder)
+    result = p.audit(loaded, options, encoder=encoder if options.semantic else None, controls=c.self_controls(cfg))
     result.save(out)
     print(result.summary())
     catch, flags = result.catch_rate, result.flags
@@ -39,8 +41,18 @@ def run_audit(cfg: DictConfig) -> Path:
     n_records, n_sources, n_excluded = len(result.records), len(result.profile), len(result.result.exclusions)
     print(f"\n{n_records} records from {n_sources} sources; {n_excluded} exclusions (see exclusions.csv);", end="")
     print(f" {len(flags)} flagged; {time.perf_counter() - started:.1f}s")
-    print(f"artifacts: {out.resolve()}")
+    print(f"artifacts: {out.resolve()}\n")
+    print(result.verdict())
     return out
+
+
+def run_clean(cfg: DictConfig) -> Path:
+    """Copy the input with suspected false negatives removed or relabeled, plus removed.csv."""
+    started, call = time.perf_counter(), c.clean_call(cfg)
+    result = clean(**call)
+    print(result.summary())
+    print(f"{time.perf_counter() - started:.1f}s; cleaned copy: {call['out'].resolve()}  (removed.csv, emptied.csv)")
+    return Path(call["out"])
 
 
 def run_build(cfg: DictConfig) -> Path:
@@ -154,6 +166,7 @@ audit_main, build_main = _entry("audit", run_audit), _entry("build", run_build)
 train_main, evaluate_main = _entry("train", run_train), _entry("evaluate", run_evaluate)
 study_main, agree_main = _entry("study", run_study), _entry("agree", run_agree)
 match_main, tables_main = _entry("match", run_match), _entry("tables", run_tables)
+clean_main = _entry("clean", run_clean)
 
 if __name__ == "__main__":
     audit_main()

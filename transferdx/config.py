@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,8 @@ from omegaconf import DictConfig, OmegaConf
 from transferdx.auditing.core import FlagSettings, SemanticSettings
 from transferdx.diagnostics.composite import CompositeSettings
 from transferdx.diagnostics.semantic import BandCuts
-from transferdx.embed import EmbeddingCache, EncoderSpec
+from transferdx.diagnostics.suspicion import TEXT_REASONS, SuspicionSettings
+from transferdx.embed import EmbeddingCache, EncoderSpec, with_inferred_source
 from transferdx.inputs.records import LoadResult
 from transferdx.inputs.registry import DATASETS, EXTERNAL_CORPORA, QUERY_SETS
 from transferdx.pipeline import (
@@ -47,11 +49,25 @@ def data_options(cfg: DictConfig) -> tuple[str, dict[str, Any]]:
 
 
 def controls(cfg: DictConfig) -> list[str]:
-    return list(CONTROLS) if cfg.controls == "all" else list(cfg.controls or [])
+    """``controls``: ``all``, ``none`` or a list of names."""
+    if cfg.controls in ("all", "none", None):
+        return list(CONTROLS) if cfg.controls == "all" else []
+    return [str(c) for c in cfg.controls]
+
+
+def self_controls(cfg: DictConfig) -> str | list[str]:
+    """Controls the audit builds from an ``input=`` file itself: ``auto`` by default (``controls: all``),
+    ``none`` with ``controls=none`` or ``[]``, else the listed ones; never for other ``data``."""
+    if not cfg.get("input"):
+        return "none"
+    if cfg.get("controls", "all") == "all":
+        return "auto"
+    return controls(cfg) or "none"
 
 
 def encoder_spec(cfg: DictConfig) -> EncoderSpec:
-    return EncoderSpec.from_config(plain(cfg.backbone))
+    """The ``backbone`` group as a spec; ``backbone.model=<folder or org/name>`` alone infers the source."""
+    return with_inferred_source(EncoderSpec.from_config(plain(cfg.backbone)))
 
 
 def needs_encoder(cfg: DictConfig) -> bool:
@@ -77,7 +93,7 @@ def build_inputs(cfg: DictConfig, encoder: EmbeddingCache | None) -> LoadResult:
     external: dict[str, LoadResult] = {}
     if options.get("include_runs"):
         external.update(
-            trec_dl_runs(plain(cfg.data)["root"], k=int(cfg.k), slice=cfg.get("slice"), on_error=cfg.on_error)
+            trec_dl_runs(plain(cfg.data)["root"], k=int(cfg.k), slice=plain(cfg.get("slice")), on_error=cfg.on_error)
         )
     for name, path in (cfg.get("external_sources") or {}).items():
         external[name] = records_as_source(str(path), name, cfg.on_error)
@@ -87,7 +103,7 @@ def build_inputs(cfg: DictConfig, encoder: EmbeddingCache | None) -> LoadResult:
         controls(cfg),
         encoder=encoder,
         k=int(cfg.k),
-        slice=cfg.get("slice"),
+        slice=plain(cfg.get("slice")),
         seed=int(cfg.seed),
         bm25=dict(cfg.bm25),
         control_parent=cfg.get("control_parent"),
@@ -129,6 +145,7 @@ def semantic_settings(cfg: DictConfig) -> SemanticSettings:
         in_batch=bool(d.in_batch),
         batch_size=int(d.batch_size),
         composite=CompositeSettings(**{str(k): float(v) for k, v in d.composite.items()}),  # type: ignore[arg-type]
+        suspicion=SuspicionSettings(**{str(k): float(v) for k, v in (d.get("suspicion") or {}).items()}),
     )
 
 
@@ -157,6 +174,27 @@ def audit_options(cfg: DictConfig) -> AuditOptions:
         on_error=str(cfg.on_error),
         label=str(cfg.input) if cfg.get("input") else str(cfg.data.name),
     )
+
+
+def clean_call(cfg: DictConfig) -> dict[str, Any]:
+    """Arguments of :func:`transferdx.clean` for ``transferdx-clean``: ``input`` (a path, so the
+    copy keeps its format) or the records ``data`` loads; ``clean.action``, ``clean.reasons``; no
+    encoder when every reason asked for is a text reason."""
+    reasons = [str(r) for r in cfg.clean.reasons] if cfg.clean.get("reasons") is not None else None
+    options = audit_options(cfg)
+    if reasons is not None and set(reasons) <= set(TEXT_REASONS):
+        options = dataclasses.replace(options, semantic=None)
+    encoder = encoder_spec(cfg) if options.semantic is not None else None
+    data = str(cfg.input) if cfg.get("input") else load_inputs(cfg, build_encoder(cfg))
+    return {
+        "records": data,
+        "reasons": reasons,
+        "action": str(cfg.clean.action),
+        "out": Path(cfg.output_dir),
+        "options": options,
+        "encoder": encoder,
+        "cache_dir": str(cfg.paths.cache_dir),
+    }
 
 
 def train_settings(cfg: DictConfig) -> TrainSettings:

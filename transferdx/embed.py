@@ -15,6 +15,7 @@ plain ``.npz`` arrays read with ``allow_pickle=False``.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import shutil
@@ -164,6 +165,36 @@ MODEL_SOURCES: dict[str, Callable[[EncoderSpec, Path], tuple[str, str]]] = {
     "hub": _hub_model,
     "path": _path_model,
 }
+
+
+def infer_source(model: str) -> str | None:
+    """Where ``model`` comes from when a config names only the model: an existing folder → ``path``,
+    ``org/name`` → ``hub``, an importable package with ``get_model_path()`` → ``package``; None when
+    it is none of these."""
+    import importlib.util
+
+    if Path(model).is_dir():
+        return "path"
+    if model.isidentifier() and importlib.util.find_spec(model) is not None:
+        return "package"
+    if "/" in model and not Path(model).is_absolute() and not model.startswith("."):
+        return "hub"
+    return None
+
+
+def with_inferred_source(spec: EncoderSpec) -> EncoderSpec:
+    """``backbone.model=<folder or org/name>`` without ``backbone.source=``: the preset's source
+    (``package``) cannot load it, so infer the source, and name the encoder after the model."""
+    if spec.source != "package" or infer_source(spec.model) in ("package", None):
+        if spec.source == "package" and infer_source(spec.model) is None:
+            raise ValueError(
+                f"encoder {spec.name!r}: {spec.model!r} is neither a model folder, a hub id 'org/name', "
+                "nor an installed model package"
+            )
+        return spec
+    source = infer_source(spec.model)
+    name = Path(spec.model).name if source == "path" else spec.model.replace("/", "__")
+    return dataclasses.replace(spec, source=str(source), name=name)
 
 
 def resolve_model(spec: EncoderSpec, cache_dir: Path) -> tuple[str, str]:
@@ -344,12 +375,16 @@ def load_sentence_transformer(location: str, spec: EncoderSpec) -> Any:
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = SentenceTransformer(
-        location,
-        device=device,
-        revision=spec.revision if spec.source == "hub" else None,
-        trust_remote_code=spec.trust_remote_code,
-    )
+    try:
+        model = SentenceTransformer(
+            location,
+            device=device,
+            revision=spec.revision if spec.source == "hub" else None,
+            trust_remote_code=spec.trust_remote_code,
+        )
+    except OSError as exc:  # not found locally, or the hub is out of reach
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"encoder {spec.name!r}: cannot load {location!r} (source {spec.source}): {first}") from exc
     if spec.max_seq_length is not None:
         model.max_seq_length = spec.max_seq_length
     return model

@@ -25,8 +25,10 @@ from transferdx.embed import EmbeddingCache, EncoderSpec, resolve_model
 from transferdx.inputs.formats import LOADERS, QuerySet, load_trec_dl
 from transferdx.inputs.records import InputError, LoadResult, Record, RecordBuilder, record_from_obj, sample_queries
 from transferdx.inputs.registry import DATASETS, QUERY_SETS
+from transferdx.inputs.shapes import load_path, load_table
 from transferdx.presets import default_cache_dir, preset_names, read_preset
 from transferdx.sources.build import build_sources as _build_sources
+from transferdx.sources.build import controls_from_records
 from transferdx.sources.context import BuildContext
 from transferdx.sources.controls import CONTROLS
 from transferdx.training import TrainResult, TrainSettings, checkpoint_spec, run_key
@@ -185,23 +187,29 @@ def load(
     on_error: str = "raise",
     **options: Any,
 ) -> LoadResult:
-    """Records to audit, from a path (``format``: ``records`` JSONL file or folder — the default —
-    or a registered reader: ``ntuple``, ``msmarco_triples``, ``flagembedding``,
-    ``st_hard_negatives``, ``trec_dl``), the name ``"demo"``, a ``pandas.DataFrame`` or a
-    ``datasets.Dataset`` whose rows are records (``qid``, ``query``, ``positives``, ``negatives``,
-    ``source``), or records already in memory. ``on_error``: ``raise`` | ``skip`` (exclude and count)."""
+    """Records to audit, from a path, the name ``"demo"``, a ``pandas.DataFrame``, a
+    ``datasets.Dataset`` (or ``DatasetDict``: ``split=``, default ``train``), or records already in
+    memory. ``on_error``: ``raise`` | ``skip`` (exclude and count).
+
+    A path (the default ``format="records"``) is recognised by its shape
+    (:mod:`transferdx.inputs.shapes`): a file or folder in JSONL, JSON, CSV, TSV, Parquet, Arrow, a
+    ``save_to_disk`` folder, or ``.gz`` of the text forms, holding records (``qid``, ``query``,
+    ``positives``, ``negatives``, ``source``), sentence-transformers ``mine_hard_negatives`` output
+    (triplet, n-tuple, labeled-list, labeled-pair, with or without scores), FlagEmbedding
+    ``{query, pos, neg}`` or an n-tuple table; the source is named after the file (``source=``
+    overrides). DataFrames and Datasets go through the same shapes. Other ``format`` values name a
+    registered reader: ``ntuple``, ``msmarco_triples``, ``flagembedding``, ``st_hard_negatives``,
+    ``trec_dl``."""
     if isinstance(data, LoadResult):
         return data
-    if isinstance(data, pd.DataFrame):
-        return _rows_to_records(data.to_dict("records"), "<DataFrame>", on_error, source)
-    if hasattr(data, "to_pandas") and hasattr(data, "column_names"):  # a datasets.Dataset
-        return _rows_to_records([dict(row) for row in data], "<Dataset>", on_error, source)
+    if isinstance(data, pd.DataFrame) or (hasattr(data, "column_names") and hasattr(data, "map")):
+        return load_table(data, on_error=on_error, source=source, split=options.get("split"))
     if isinstance(data, list | tuple) and all(isinstance(r, Record) for r in data):
         return LoadResult(list(data))
     if str(data) == "demo" and not Path(str(data)).exists():
         return DATASETS["demo"](on_error=on_error, **options)
     if format == "records":
-        return LOADERS["records"](path=data, on_error=on_error, source=source)
+        return load_path(data, on_error=on_error, source=source, split=options.get("split"))
     if format not in LOADERS:
         raise ValueError(f"unknown input format {format!r}; valid: {sorted(LOADERS)}")
     extra = {"source": source} if source else {}
@@ -261,7 +269,7 @@ def make_tokenizer(tokenizer: str | Tokenizer, **options: Any) -> Tokenizer:
 
 
 def trec_dl_runs(
-    root: str | Path, *, k: int = 8, slice: str | None = None, on_error: str = "raise"
+    root: str | Path, *, k: int = 8, slice: str | Sequence[str] | None = None, on_error: str = "raise"
 ) -> dict[str, LoadResult]:
     """The TREC-DL runs under ``root`` as sources to build alongside (name → its records)."""
     runs = load_trec_dl(root, on_error=on_error, k=k, slice_spec=slice)
@@ -294,7 +302,7 @@ def build_sources(
     *,
     encoder: EncoderLike | None = None,
     k: int = 8,
-    slice: str | None = None,
+    slice: str | Sequence[str] | None = None,
     seed: int = 0,
     bm25: Mapping[str, Any] | None = None,
     control_parent: str | None = None,
@@ -346,23 +354,57 @@ def recorded_settings(options: AuditOptions, encoder: EmbeddingCache | None, sam
     return settings
 
 
+def with_self_controls(
+    loaded: LoadResult, controls: str | Sequence[str], options: AuditOptions, encoder: EmbeddingCache | None
+) -> tuple[LoadResult, dict[str, Any]]:
+    """``loaded`` plus the controls :func:`audit` builds from it (see there), and what to record."""
+    kind = {r.source: options.kinds.get(r.source, r.kind) for r in loaded.records}
+    genuine = sorted(s for s, k in kind.items() if k == "genuine")
+    wanted: list[str]
+    if controls in ("none", None) or not genuine:
+        wanted = []
+    elif controls == "auto":
+        wanted = list(CONTROLS) if len(genuine) < 2 or "control" not in kind.values() else []
+    elif controls == "all":
+        wanted = list(CONTROLS)
+    else:
+        wanted = [str(c) for c in controls]
+    wanted = [c for c in wanted if c not in kind]
+    if not wanted:
+        return loaded, {}
+    built, skipped = controls_from_records(loaded, wanted, genuine[0], encoder=encoder, seed=options.seed)
+    record = {"self_controls": {"parent": genuine[0], "built": sorted(built.sources), "skipped": skipped}}
+    return LoadResult(
+        [*loaded.records, *built.records],
+        [*loaded.exclusions, *built.exclusions],
+        {**loaded.descriptors, **built.descriptors},
+        dict(loaded.false_negatives),
+    ), record
+
+
 def audit(
     records: str | Path | LoadResult | Sequence[Record] | Any,
     options: AuditOptions | None = None,
     *,
     encoder: EncoderLike | None = "minilm_l6",
     cache_dir: str | Path | None = None,
+    controls: str | Sequence[str] = "auto",
     **overrides: Any,
 ) -> Audit:
     """Audit every source in ``records`` (anything :func:`load` takes): ψ always, the frozen-encoder
     statistics when ``encoder`` is given (a preset name, folder, hub id or loaded
     ``SentenceTransformer``; ``None`` for lexical only). Keyword ``overrides`` set
-    :class:`AuditOptions` fields, e.g. ``audit(path, tokenizer="whitespace", seed=1)``."""
+    :class:`AuditOptions` fields, e.g. ``audit(path, tokenizer="whitespace", seed=1)``.
+
+    ``controls``: sources with known defects built from the input's own passages and audited
+    alongside, so that even one file gets a verdict: ``"auto"`` (all eight when there are fewer than
+    two genuine sources or no control), ``"all"``, a list of names, or ``"none"``."""
     options = dataclasses.replace(options or AuditOptions(), **overrides)
     loaded = load(records, on_error=options.on_error)
     loaded, sampled_out = sample_queries(loaded, options.sample_fraction, options.seed)
     cache = make_encoder(encoder, cache_dir) if options.semantic is not None else None
-    settings = recorded_settings(options, cache, sampled_out)
+    loaded, built = with_self_controls(loaded, controls, options, cache)
+    settings = recorded_settings(options, cache, sampled_out) | built
     result = _audit(
         loaded,
         make_tokenizer(options.tokenizer, **options.tokenizer_options),

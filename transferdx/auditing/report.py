@@ -15,6 +15,7 @@ import pandas as pd
 
 from transferdx.artifacts import atomic_write_bytes, atomic_write_text, canonical_json, safe_join, write_meta
 from transferdx.auditing.core import AuditResult
+from transferdx.auditing.verdict import verdict_lines
 from transferdx.diagnostics.semantic import BANDS
 from transferdx.inputs.records import Exclusion
 
@@ -127,6 +128,7 @@ def render_report(result: AuditResult, settings: Mapping[str, Any]) -> str:
     parts = [
         "# transferdx audit",
         "",
+        *verdict_lines(profile.rows, profile.catch_rate, settings),
         "## Settings",
         "",
         *(f"- **{k}**: `{v}`" for k, v in settings.items()),
@@ -361,7 +363,8 @@ def _dots(ax: Any, frame: pd.DataFrame, col: str, prefix: str) -> None:
         ax.errorbar(
             value,
             y,
-            xerr=[[value - row[f"{prefix}_ci_low"]], [row[f"{prefix}_ci_high"] - value]],
+            # a collapsed CI can sit a rounding error off its point: never a negative bar
+            xerr=[[max(0.0, value - row[f"{prefix}_ci_low"])], [max(0.0, row[f"{prefix}_ci_high"] - value)]],
             fmt="o",
             color=KIND_COLOURS.get(row["kind"], "tab:gray"),
             capsize=3,

@@ -11,6 +11,7 @@ import pandas as pd
 
 from transferdx.auditing.core import AuditResult
 from transferdx.auditing.report import exclusions_frame, write_audit
+from transferdx.auditing.verdict import verdict_lines
 from transferdx.inputs.records import Record
 
 
@@ -82,6 +83,11 @@ class Audit:
     def descriptors(self) -> Mapping[str, Any]:
         """Per source: how its negatives were made (negative-set descriptor)."""
         return self.result.profile.descriptors
+
+    def verdict(self) -> str:
+        """The verdict in plain words (Markdown): flags, suspected false negatives, where each source
+        sits against the controls, the genuine sources by mean ψ (also the top of report.md)."""
+        return "\n".join(verdict_lines(self.result.profile.rows, self.result.profile.catch_rate, self.settings))
 
     def summary(self) -> str:
         """The profile as a fixed-width text table (what ``transferdx-audit`` prints)."""

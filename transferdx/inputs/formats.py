@@ -26,7 +26,7 @@ import gzip
 import json
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,10 +49,16 @@ csv.field_size_limit(sys.maxsize)
 _SLICE = re.compile(r"^\[\s*(\d*)\s*:\s*(\d*)\s*\]$")
 
 
-def parse_slice(spec: str | None, k: int | None = None) -> slice:
-    """``"[a:b]"`` → ``slice(a, b)``; ``None`` → ``[0:k]`` (all when ``k`` is None)."""
+def parse_slice(spec: str | Sequence[str] | None, k: int | None = None) -> slice:
+    """``"[a:b]"`` → ``slice(a, b)``; ``None`` → ``[0:k]`` (all when ``k`` is None). A one-item list
+    ``["a:b"]`` is read as ``"[a:b]"``: that is what Hydra makes of ``slice='[2:10]'`` typed in bash."""
     if spec is None or spec == "":
         return slice(0, k)
+    if not isinstance(spec, str):
+        items = list(spec)
+        if len(items) != 1 or not isinstance(items[0], str):
+            raise ValueError(f"negative slice must look like '[0:8]' or '[2:10]', got {items!r}")
+        spec = f"[{items[0]}]"
     match = _SLICE.match(str(spec))
     if not match:
         raise ValueError(f"negative slice must look like '[0:8]' or '[2:10]', got {spec!r}")
@@ -190,7 +196,7 @@ def load_flagembedding(
     source: str = "flagembedding",
     on_error: str = "raise",
     k: int | None = None,
-    slice_spec: str | None = None,
+    slice_spec: str | Sequence[str] | None = None,
     method: str | None = None,
     kind: str = "genuine",
     **_: Any,
@@ -288,7 +294,7 @@ def load_st_hard_negatives(
     on_error: str = "raise",
     systems: list[str] | None = None,
     k: int | None = 8,
-    slice_spec: str | None = None,
+    slice_spec: str | Sequence[str] | None = None,
     kind: str = "genuine",
     **_: Any,
 ) -> LoadResult:
@@ -451,7 +457,7 @@ def load_trec_dl(
     runs: list[str] | None = None,
     on_error: str = "raise",
     k: int = 8,
-    slice_spec: str | None = None,
+    slice_spec: str | Sequence[str] | None = None,
     relevant_grade: int = 2,
     topics: str = "topics.dl19-passage.txt",
     qrels: str = "qrels.dl19-passage.txt",

@@ -53,7 +53,9 @@ class Exclusion:
 
 @dataclass(frozen=True)
 class Passage:
-    """A passage attached to a record. ``rank``/``judgment`` are kept when the input has them."""
+    """A passage attached to a record. ``rank``/``judgment`` are kept when the input has them;
+    ``score`` is the miner's similarity score when the input carries one (e.g. sentence-transformers
+    ``mine_hard_negatives(..., output_scores=True)``), left out of ``to_dict`` when absent."""
 
     id: str
     text: str
@@ -61,6 +63,7 @@ class Passage:
     relation: str | None = None
     rank: int | None = None
     judgment: int | None = None
+    score: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None or k in ("method", "relation")}
@@ -300,7 +303,10 @@ def _passage(obj: Any, where: str, *, default_method: str | None = None) -> Pass
     for key, value in (("method", method), ("relation", relation)):
         if value is not None and not isinstance(value, str):
             raise FieldProblem(f"{where}.{key}", f"expected a string or null, got {type(value).__name__}")
-    return Passage(pid, text, method, relation, rank, judgment)
+    score = obj.get("score")
+    if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float))):
+        raise FieldProblem(f"{where}.score", f"expected a number or null, got {type(score).__name__}")
+    return Passage(pid, text, method, relation, rank, judgment, None if score is None else float(score))
 
 
 def _passage_list(obj: Mapping[str, Any], key: str, **kw: Any) -> list[Passage]:
@@ -364,7 +370,7 @@ def read_records(path: str | Path, on_error: str = "raise", source: str | None =
                 reference_positive="positives[0] as given",
             )
     if path.is_dir():
-        _read_sidecars(path, result)
+        read_sidecars(path, result)
     return result
 
 
@@ -390,7 +396,7 @@ def write_source_folder(loaded: LoadResult, folder: str | Path) -> list[Path]:
     return written
 
 
-def _read_sidecars(folder: Path, result: LoadResult) -> None:
+def read_sidecars(folder: Path, result: LoadResult) -> None:
     """Descriptors and false-negative counts written next to the records (plain JSON, validated)."""
     path = folder / SIDECARS["descriptors"]
     if path.is_file():

@@ -111,7 +111,8 @@ def profiles(a: TableInputs) -> bytes:
                 value = float(row[col])
                 if math.isnan(value):
                     continue
-                err = [[value - float(row[f"{prefix}_ci_low"])], [float(row[f"{prefix}_ci_high"]) - value]]
+                low, high = float(row[f"{prefix}_ci_low"]), float(row[f"{prefix}_ci_high"])
+                err = [[max(0.0, value - low)], [max(0.0, high - value)]]  # a collapsed CI: no negative bar
                 ax.errorbar(value, y, xerr=err, fmt="o", capsize=2, color=KIND_COLOURS.get(row["kind"], "tab:gray"))
             ax.set_yticks(range(len(frame)), [source_label(s) for s in frame.index], fontsize=7)
             ax.set_title(f"{a.label(study.backbone)}: {label}", fontsize=8)

@@ -4,6 +4,7 @@ one pass, with single-label false-negative counts where judgments are deep (docs
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -130,3 +131,39 @@ def build_sources(
             if counts is not None:
                 out.false_negatives[name] = counts
     return out
+
+
+def query_set_from_records(records: Sequence[Record], name: str = "input") -> QuerySet:
+    """A query set made of the records themselves: their queries, their positives, and every passage
+    they hold (positives and negatives of all sources, first text seen per id) as the pool."""
+    queries: dict[str, str] = {}
+    positives: dict[str, list[str]] = {}
+    pool: dict[str, str] = {}
+    for rec in records:
+        queries.setdefault(rec.qid, rec.query)
+        known = positives.setdefault(rec.qid, [])
+        known.extend(p.id for p in rec.positives if p.id not in known)
+        for passage in (*rec.positives, *rec.negatives):
+            pool.setdefault(passage.id, passage.text)
+    return QuerySet(name, queries, positives, pool)
+
+
+def controls_from_records(
+    loaded: LoadResult, controls: Sequence[str], parent: str, *, encoder: Any = None, seed: int = 0
+) -> tuple[LoadResult, dict[str, str]]:
+    """Controls built from a user's own file: ``parent``'s records are the genuine parent, the passages
+    of every record the pool, K the parent's largest count. Returns the controls and, per control
+    not built, why (``neighbor_positive`` needs ``encoder``)."""
+    base = [r for r in loaded.records if r.source == parent]
+    k = max((len(r.negatives) for r in base), default=0)
+    ctx = BuildContext(query_set_from_records(loaded.records, parent), k=k, seed=seed, encoder=encoder)
+    out, skipped = LoadResult(), {}
+    for name in controls:
+        if name == "neighbor_positive" and encoder is None:
+            skipped[name] = "needs an encoder (lexical audit)"
+            continue
+        try:
+            out.extend(build_control(name, ctx, base, "all", parent))
+        except ValueError as exc:  # too few records or passages for this control: said, not hidden
+            skipped[name] = str(exc)
+    return out, skipped

@@ -3,7 +3,7 @@ rankings; and which positives a miner must exclude."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +20,7 @@ class BuildContext:
 
     query_set: QuerySet
     k: int = 8
-    slice_spec: str | None = None
+    slice_spec: str | Sequence[str] | None = None
     seed: int = 0
     encoder: Any = None
     bm25: Mapping[str, Any] = field(default_factory=dict)

@@ -219,10 +219,13 @@ def random_mix(
 
     rng = np.random.default_rng([ctx.seed, 0x3D, round(share * 100)])
     pool_ids = sorted(ctx.query_set.pool)
+    pool = set(pool_ids)
 
     def draw(rec: Record, taken: set[str]) -> Passage:
         exclude = known_positives(ctx.query_set, rec.qid, known) | {n.id for n in rec.negatives}
         exclude |= {p.id for p in rec.positives} | taken
+        if sum(1 for pid in exclude if pid in pool) >= len(pool):
+            raise ValueError(f"{source}: the pool has no passage left to draw for query {rec.qid!r}")
         while True:
             pid = pool_ids[int(rng.integers(len(pool_ids)))]
             if pid not in exclude:
