@@ -203,6 +203,7 @@ def test_one_file_gets_controls_built_from_itself_and_a_verdict(tmp_path):
     assert result.catch_rate["n_controls"] == 7
     verdict = result.verdict()
     assert verdict.startswith("## Verdict") and "**s** (12 records)" in verdict and "of 7" in verdict
+    assert "replacing 25% of its negatives by random passages is already flagged" in verdict
     result.save(tmp_path)
     report = (tmp_path / "report.md").read_text(encoding="utf-8")
     assert report.index("## Verdict") < report.index("## Settings")

@@ -132,7 +132,19 @@ def verdict_lines(
                 f" ({_ci(row, 'inversion_rate')})."
             )
         near = nearest_control(row, rows, columns)
-        if near is not None:
+        parent = ((settings or {}).get("self_controls") or {}).get("parent")
+        if parent == name:  # controls made from this source: how large a defect would show
+            flagged = [r["source"] for r in rows if r.get("source") in LADDER and r.get("flags")]
+            smallest = min(flagged, key=LADDER.index).rsplit("_", 1)[1] if flagged else None
+            out.append(
+                "  The controls are made from this source, so they show what the diagnostics can see: "
+                + (
+                    f"replacing {smallest}% of its negatives by random passages is already flagged."
+                    if smallest
+                    else "no rung of the random-mix ladder is flagged (the diagnostics are blind to that defect here)."
+                )
+            )
+        elif near is not None:
             dose = f" — the random-mix dose it matches is {near[0].rsplit('_', 1)[1]}%" if near[0] in LADDER else ""
             symbols = ", ".join(DIRECTIONS[c][0] for c in columns)
             out.append(
