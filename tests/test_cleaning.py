@@ -4,9 +4,6 @@ zero suspect rate, byte-stable output; and α, δ from the Hydra config."""
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 
@@ -21,6 +18,7 @@ from transferdx.inputs.records import LoadResult, Passage, Record, read_records,
 from transferdx.presets import config_dir
 
 from .conftest import run_cli
+from .fakes import FixedEncoder, vec
 
 
 def rec(qid: str, negatives: list[tuple[str, str]], positive: str = "the answer", source: str = "s") -> Record:
@@ -94,26 +92,6 @@ def test_text_reasons_need_no_encoder_and_reaudit_is_clean():
 
 # ---------------------------------------------------------------------------------------------
 # The encoder reasons, with a fixed fake encoder: s(q, x) = x[0]
-
-
-class FixedEncoder:
-    """Queries are e_1; a passage gets its vector from ``vectors`` (p on axis 1, negatives on axis 2,
-    so s(p0, n) = s(q,p)·s(q,n) unless a vector is given for both)."""
-
-    def __init__(self, vectors: dict[str, np.ndarray]):
-        self.vectors = vectors
-
-    def embed(self, texts, role):
-        return np.stack([np.eye(4)[0] if role == "query" else self.vectors[t] for t in texts])
-
-    def scorer(self):
-        return {"encoder": "fixed"}
-
-
-def vec(s: float, axis: int) -> np.ndarray:
-    v = np.zeros(4)
-    v[0], v[axis] = s, math.sqrt(1 - s * s)
-    return v
 
 
 # s(q,p) = 0.8 everywhere, so positive_aware ⇔ s(q,n) ≥ 0.76

@@ -41,6 +41,8 @@ from transferdx.diagnostics.semantic import BandCuts, record_scores
 from transferdx.diagnostics.tokens import alnum
 from transferdx.inputs.records import Exclusion, LoadResult, Passage, Record
 
+from .fakes import FixedEncoder
+
 # ---------------------------------------------------------------------------------------------
 # Helpers: independent closed forms
 # ---------------------------------------------------------------------------------------------
@@ -392,19 +394,6 @@ def test_composite_eps_must_be_positive(eps):
 # ---------------------------------------------------------------------------------------------
 # §3.4 source level: the semantic branch of profile_sources, through audit with a fake encoder
 # ---------------------------------------------------------------------------------------------
-
-
-class FixedEncoder:
-    """Returns the vector chosen for each text (queries all e_1, so s(q, x) = x's first component)."""
-
-    def __init__(self, vectors: dict[str, np.ndarray]):
-        self.vectors = vectors
-
-    def embed(self, texts, role):
-        return np.stack([np.eye(4)[0] if role == "query" else self.vectors[t] for t in texts])
-
-    def scorer(self):
-        return {"encoder": "fixed"}
 
 
 # (qid, s(q, p), [s(q, n_k)]): a tie, an inversion, positive-first records; K = 3, 1, 2, 4

@@ -39,6 +39,8 @@ from transferdx.diagnostics.suspicion import (
 from transferdx.diagnostics.tokens import alnum
 from transferdx.inputs.records import LoadResult, Passage, Record
 
+from .fakes import FixedEncoder, vec
+
 # ---------------------------------------------------------------------------------------------
 # Per-negative reasons, closed form
 # ---------------------------------------------------------------------------------------------
@@ -125,25 +127,6 @@ def test_suspect_negatives_reasons_joined_and_unchecked_is_na():
 # ---------------------------------------------------------------------------------------------
 # Through the audit, with a fixed fake encoder
 # ---------------------------------------------------------------------------------------------
-
-
-class FixedEncoder:
-    """Queries are e_1; every passage text gets the vector chosen for it, so s(q, x) = x[0]."""
-
-    def __init__(self, vectors: dict[str, np.ndarray]):
-        self.vectors = vectors
-
-    def embed(self, texts, role):
-        return np.stack([np.eye(4)[0] if role == "query" else self.vectors[t] for t in texts])
-
-    def scorer(self):
-        return {"encoder": "fixed"}
-
-
-def vec(s: float, axis: int) -> np.ndarray:
-    v = np.zeros(4)
-    v[0], v[axis] = s, math.sqrt(1 - s * s)
-    return v
 
 
 TIE = 0.95 * 0.8  # s(q,n) exactly α·s(q,p) for s(q,p) = 0.8
