@@ -62,7 +62,15 @@ from transferdx.inputs.records import (
 
 TEXT_FORMS = {".jsonl": "jsonl", ".json": "json", ".csv": "csv", ".tsv": "tsv"}
 BINARY_FORMS = {".parquet": "parquet", ".arrow": "arrow"}
-SIDECAR_FILES = {"descriptors.json", "false_negatives.json"}
+# files transferdx itself writes beside sources (transferdx-build, transferdx-clean): never a source
+SIDECAR_FILES = {
+    "descriptors.json",
+    "false_negatives.json",
+    "exclusions.csv",
+    "removed.csv",
+    "emptied.csv",
+    "clean.json",
+}
 ANCHORS = ("anchor", "query", "question")
 _NEG_COL = re.compile(r"^negative_(\d+)$")
 
@@ -812,7 +820,7 @@ def load_file(
 def _folder_members(folder: Path) -> list[Path]:
     out = []
     for path in sorted(folder.iterdir()):
-        if path.name in SIDECAR_FILES:
+        if path.name in SIDECAR_FILES or path.name.endswith(".meta.json"):
             continue
         if (path.is_file() and form_of(path) is not None) or is_saved_dataset(path):
             out.append(path)
