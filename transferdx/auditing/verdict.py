@@ -180,10 +180,9 @@ def verdict_lines(
         for a, b in itertools.pairwise(ranked):
             overlap = _num(a, "psi_ci_low") <= _num(b, "psi_ci_high")
             parts.append(f"{'≈' if overlap else '>'} {b['source']} {_num(b, 'psi_mean'):.3f}")
+        legend = " (≈: the CIs overlap, so that order is not established)" if any("≈" in x for x in parts) else ""
         out.append(
-            "- Genuine sources by mean ψ (the study's headline predictor of transfer): "
-            + " ".join(parts)
-            + " (≈: the 95% CIs overlap, so that order is not established)."
+            "- Genuine sources by mean ψ (the study's headline predictor of transfer): " + " ".join(parts) + legend
         )
     out += ["", "Which way is which:", ""]
     for column, (symbol, higher, better) in DIRECTIONS.items():
