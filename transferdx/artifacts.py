@@ -49,6 +49,11 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def csv_text(frame: Any, index: bool = False) -> str:
+    """A DataFrame as CSV text with ``\n`` line ends, so equal frames give equal bytes anywhere."""
+    return str(frame.to_csv(index=index, lineterminator="\n"))
+
+
 def canonical_json(obj: Any) -> str:
     """JSON with sorted keys and fixed separators, so equal content gives equal bytes."""
     return json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=True) + "\n"

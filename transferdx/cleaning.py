@@ -27,7 +27,7 @@ from typing import Any
 
 import pandas as pd
 
-from transferdx.artifacts import atomic_write_text, canonical_json, safe_join
+from transferdx.artifacts import atomic_write_text, canonical_json, csv_text, safe_join
 from transferdx.auditing.report import exclusions_frame
 from transferdx.auditing.result import Audit
 from transferdx.diagnostics.suspicion import REASONS, TEXT_REASONS, normalise_text
@@ -42,10 +42,6 @@ REMOVED_COLUMNS = ["source", "qid", "neg_index", "neg_id", "negative", "reasons"
 EMPTIED_COLUMNS = ["source", "qid", "n_negatives", "n_removed", "n_relabeled"]
 COPY_DIR = "cleaned"  # the copy, apart from the tables (a folder is read whole, CSV included)
 FILES = {"removed": "removed.csv", "emptied": "emptied.csv", "descriptor": "clean.json"}
-
-
-def _csv(frame: pd.DataFrame) -> str:
-    return frame.to_csv(index=False, lineterminator="\n")
 
 
 def _reasons_of(suspicion: pd.DataFrame, reasons: Sequence[str] | None) -> tuple[str, ...]:
@@ -190,9 +186,9 @@ class CleanResult:
             written = write_source_folder(self.loaded, copy)
         for key, frame in (("removed", self.removed), ("emptied", self.emptied)):
             written.append(safe_join(folder, FILES[key]))
-            atomic_write_text(written[-1], _csv(frame))
+            atomic_write_text(written[-1], csv_text(frame))
         written.append(safe_join(folder, "exclusions.csv"))
-        atomic_write_text(written[-1], _csv(exclusions_frame(tuple(self.loaded.exclusions))))
+        atomic_write_text(written[-1], csv_text(exclusions_frame(tuple(self.loaded.exclusions))))
         written.append(safe_join(folder, FILES["descriptor"]))
         atomic_write_text(written[-1], canonical_json(dict(self.descriptor)))
         return written

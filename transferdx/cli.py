@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 
 from transferdx import config as c
 from transferdx import pipeline as p
-from transferdx.artifacts import atomic_write_text, canonical_json, safe_join
+from transferdx.artifacts import atomic_write_text, canonical_json, csv_text, safe_join
 from transferdx.auditing.report import exclusions_frame
 from transferdx.cleaning import clean
 from transferdx.inputs.records import InputError, write_source_folder
@@ -63,7 +63,7 @@ def run_build(cfg: DictConfig) -> Path:
     loaded = c.build_inputs(cfg, c.build_encoder(cfg))
     written = write_source_folder(loaded, out)
     frame = exclusions_frame(tuple(loaded.exclusions))
-    atomic_write_text(safe_join(out, "exclusions.csv"), frame.to_csv(index=False, lineterminator="\n"))
+    atomic_write_text(safe_join(out, "exclusions.csv"), csv_text(frame))
     for path in written:
         print(f"{path.name}: {sum(1 for r in loaded.records if f'{r.source}.jsonl' == path.name)} records")
     print(f"{len(loaded.exclusions)} exclusions (exclusions.csv); {time.perf_counter() - started:.1f}s")

@@ -185,16 +185,22 @@ def infer_source(model: str) -> str | None:
 def with_inferred_source(spec: EncoderSpec) -> EncoderSpec:
     """``backbone.model=<folder or org/name>`` without ``backbone.source=``: the preset's source
     (``package``) cannot load it, so infer the source, and name the encoder after the model."""
-    if spec.source != "package" or infer_source(spec.model) in ("package", None):
-        if spec.source == "package" and infer_source(spec.model) is None:
-            raise ValueError(
-                f"encoder {spec.name!r}: {spec.model!r} is neither a model folder, a hub id 'org/name', "
-                "nor an installed model package"
-            )
+    if spec.source != "package":
         return spec
     source = infer_source(spec.model)
-    name = Path(spec.model).name if source == "path" else spec.model.replace("/", "__")
-    return dataclasses.replace(spec, source=str(source), name=name)
+    if source is None:
+        raise ValueError(
+            f"encoder {spec.name!r}: {spec.model!r} is neither a model folder, a hub id 'org/name', "
+            "nor an installed model package"
+        )
+    if source == "package":
+        return spec
+    return dataclasses.replace(spec, source=source, name=model_label(spec.model, source))
+
+
+def model_label(model: str, source: str) -> str:
+    """An encoder's name when only its model is given: the folder's name, or ``org__name``."""
+    return Path(model).name if source == "path" else model.replace("/", "__")
 
 
 def resolve_model(spec: EncoderSpec, cache_dir: Path) -> tuple[str, str]:

@@ -16,14 +16,14 @@ import pandas as pd
 
 from transferdx.analysis import studies as _studies
 from transferdx.analysis.sensitivity import AuditRun, sensitivity
-from transferdx.artifacts import atomic_write_bytes, atomic_write_text, canonical_json, safe_join
+from transferdx.artifacts import atomic_write_bytes, atomic_write_text, canonical_json, csv_text, safe_join
 from transferdx.auditing.core import FlagSettings, SemanticSettings
 from transferdx.auditing.core import audit as _audit
 from transferdx.auditing.result import Audit
 from transferdx.diagnostics.tokens import Tokenizer, get_tokenizer
-from transferdx.embed import EmbeddingCache, EncoderSpec, resolve_model
+from transferdx.embed import EmbeddingCache, EncoderSpec, model_label, resolve_model
 from transferdx.inputs.formats import LOADERS, QuerySet, load_trec_dl
-from transferdx.inputs.records import InputError, LoadResult, Record, RecordBuilder, record_from_obj, sample_queries
+from transferdx.inputs.records import InputError, LoadResult, Record, sample_queries
 from transferdx.inputs.registry import DATASETS, QUERY_SETS
 from transferdx.inputs.shapes import load_path, load_table
 from transferdx.presets import default_cache_dir, preset_names, read_preset
@@ -172,13 +172,6 @@ class AnalysisSettings:
 # ---------------------------------------------------------------------------------------------
 
 
-def _rows_to_records(rows: Sequence[Mapping[str, Any]], origin: str, on_error: str, source: str | None) -> LoadResult:
-    builder = RecordBuilder(origin, on_error)
-    for i, row in enumerate(rows, start=1):
-        record_from_obj(builder, i, row, default_source=source)
-    return builder.result
-
-
 def load(
     data: Any,
     *,
@@ -244,9 +237,9 @@ def encoder_spec(encoder: str | Path | EncoderSpec) -> EncoderSpec:
     if text in preset_names("backbone"):
         return EncoderSpec.from_config(read_preset("backbone", text))
     if Path(text).is_dir():
-        return EncoderSpec(name=Path(text).name, model=text, source="path")
+        return EncoderSpec(name=model_label(text, "path"), model=text, source="path")
     if "/" in text and not Path(text).is_absolute():
-        return EncoderSpec(name=text.replace("/", "__"), model=text, source="hub")
+        return EncoderSpec(name=model_label(text, "hub"), model=text, source="hub")
     raise ValueError(
         f"unknown encoder {text!r}: not a preset ({preset_names('backbone')}), a model folder, or a hub id 'org/name'"
     )
@@ -374,12 +367,9 @@ def with_self_controls(
         return loaded, {}
     built, skipped = controls_from_records(loaded, wanted, genuine[0], encoder=encoder, seed=options.seed)
     record = {"self_controls": {"parent": genuine[0], "built": sorted(built.sources), "skipped": skipped}}
-    return LoadResult(
-        [*loaded.records, *built.records],
-        [*loaded.exclusions, *built.exclusions],
-        {**loaded.descriptors, **built.descriptors},
-        dict(loaded.false_negatives),
-    ), record
+    merged = LoadResult(list(loaded.records), list(loaded.exclusions), dict(loaded.descriptors))
+    merged.false_negatives.update(loaded.false_negatives)
+    return merged.extend(built), record
 
 
 def audit(
@@ -493,7 +483,7 @@ def evaluate(
         if out is not None:
             folder = safe_join(Path(out), data.name)
             atomic_write_text(folder / "metrics.json", canonical_json(metrics))
-            atomic_write_text(folder / "per_query.csv", _csv_text(result.per_query))
+            atomic_write_text(folder / "per_query.csv", csv_text(result.per_query))
             atomic_write_text(folder / "run.trec", result.trec_run(encoder.spec.name))
         rows.append(
             {
@@ -536,7 +526,9 @@ def study(
     out = Path(out)
     options = options or AuditOptions()
     spec = encoder_spec(encoder)
-    audited = audit(loaded, options, encoder=spec if options.semantic is not None else None, cache_dir=cache_dir)
+    frozen_encoder = spec if options.semantic is not None else None
+    # the study's controls come from its query set (build config), never from the audit itself
+    audited = audit(loaded, options, encoder=frozen_encoder, cache_dir=cache_dir, controls="none")
     audited.save(safe_join(out, "audit"))
     profile = audited.profile.set_index("source")
     rows = []
@@ -568,7 +560,7 @@ def study(
         for row in scores.to_dict("records"):
             rows.append({"backbone": spec.name, "source": source, **diag, **row, "model_dir": str(trained.model_dir)})
     table = pd.DataFrame(rows)
-    atomic_write_text(safe_join(out, "study.csv"), _csv_text(table))
+    atomic_write_text(safe_join(out, "study.csv"), csv_text(table))
     rendered: dict[str, Any] = {}
     if tables:
         rendered = render_tables([out], safe_join(out, "tables"), analysis, sensitivity_dirs=sensitivity_dirs)
@@ -578,10 +570,6 @@ def study(
 # ---------------------------------------------------------------------------------------------
 # Analysis and tables
 # ---------------------------------------------------------------------------------------------
-
-
-def _csv_text(frame: pd.DataFrame, index: bool = False) -> str:
-    return frame.to_csv(index=index, lineterminator="\n")
 
 
 def read_studies(study_dirs: Sequence[str | Path]) -> list[dict[str, Any]]:
@@ -617,15 +605,15 @@ def match(
 
 
 def write_agreement(out: Mapping[str, Any], folder: Path) -> None:
-    atomic_write_text(safe_join(folder, "agreement.csv"), _csv_text(out["agreement"]))
-    atomic_write_text(safe_join(folder, "blocks_recovered.csv"), _csv_text(out["blocks_recovered"], index=True))
-    atomic_write_text(safe_join(folder, "paired_tests.csv"), _csv_text(out["paired_tests"]))
+    atomic_write_text(safe_join(folder, "agreement.csv"), csv_text(out["agreement"]))
+    atomic_write_text(safe_join(folder, "blocks_recovered.csv"), csv_text(out["blocks_recovered"], index=True))
+    atomic_write_text(safe_join(folder, "paired_tests.csv"), csv_text(out["paired_tests"]))
     atomic_write_text(safe_join(folder, "transfer_uncertainty.json"), canonical_json(out["uncertainty"]))
 
 
 def write_matching(out: Mapping[str, pd.DataFrame], folder: Path) -> None:
-    atomic_write_text(safe_join(folder, "matched.csv"), _csv_text(out["matched"]))
-    atomic_write_text(safe_join(folder, "balance.csv"), _csv_text(out["balance"]))
+    atomic_write_text(safe_join(folder, "matched.csv"), csv_text(out["matched"]))
+    atomic_write_text(safe_join(folder, "balance.csv"), csv_text(out["balance"]))
 
 
 def _read_optional_csv(path: Path) -> pd.DataFrame | None:
@@ -704,7 +692,7 @@ def render_tables(
     sens = None
     if runs:
         sens = sensitivity(runs, artifacts.base, blocks, artifacts.diagnostics, s.in_family)
-        atomic_write_text(safe_join(folder, "sensitivity_runs.csv"), _csv_text(sens))
+        atomic_write_text(safe_join(folder, "sensitivity_runs.csv"), csv_text(sens))
     rendered = render(artifacts, list(s.tables), sens, rel(folder / "sensitivity_runs.csv"))
     writers: dict[str, Callable[[Table], str]] = {"md": Table.to_markdown, "tex": Table.to_latex, "csv": Table.to_csv}
     combined, skipped = [], {}
@@ -716,7 +704,7 @@ def render_tables(
             if fmt not in writers:
                 raise ValueError(f"unknown table format {fmt!r}; valid: {sorted(writers)}")
             atomic_write_text(safe_join(folder, f"{name}.{fmt}"), writers[fmt](table))
-        atomic_write_text(safe_join(folder, f"{name}.trace.csv"), _csv_text(table.trace()))
+        atomic_write_text(safe_join(folder, f"{name}.trace.csv"), csv_text(table.trace()))
         combined.append(table.to_markdown())
     if skipped:
         combined.append("Not rendered:\n\n" + "".join(f"- {k}: {v}\n" for k, v in skipped.items()))

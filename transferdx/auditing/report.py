@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from transferdx.artifacts import atomic_write_bytes, atomic_write_text, canonical_json, safe_join, write_meta
+from transferdx.artifacts import atomic_write_bytes, atomic_write_text, canonical_json, csv_text, safe_join, write_meta
 from transferdx.auditing.core import AuditResult
 from transferdx.auditing.verdict import verdict_lines
 from transferdx.diagnostics.semantic import BANDS
@@ -78,12 +78,6 @@ def _json_safe(value: Any) -> Any:
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):
         return _json_safe(value.item())
     return value
-
-
-def _csv(frame: pd.DataFrame) -> str:
-    buffer = io.StringIO()
-    frame.to_csv(buffer, index=False, lineterminator="\n")
-    return buffer.getvalue()
 
 
 def exclusions_frame(exclusions: tuple[Exclusion, ...]) -> pd.DataFrame:
@@ -440,12 +434,12 @@ def write_audit(result: AuditResult, out_dir: str | Path, settings: Mapping[str,
     paths = {key: safe_join(out, name) for key, name in FILES.items()}
     profile = result.profile.to_frame()
     semantic = "rho_mean" in profile
-    atomic_write_text(paths["profile_csv"], _csv(profile))
+    atomic_write_text(paths["profile_csv"], csv_text(profile))
     atomic_write_text(paths["profile_json"], canonical_json(_json_safe(result.profile.to_dict())))
-    atomic_write_text(paths["records"], _csv(result.records))
-    atomic_write_text(paths["negatives"], _csv(result.negatives))
-    atomic_write_text(paths["exclusions"], _csv(exclusions_frame(result.exclusions)))
-    atomic_write_text(paths["suspects"], _csv(result.suspects))
+    atomic_write_text(paths["records"], csv_text(result.records))
+    atomic_write_text(paths["negatives"], csv_text(result.negatives))
+    atomic_write_text(paths["exclusions"], csv_text(exclusions_frame(result.exclusions)))
+    atomic_write_text(paths["suspects"], csv_text(result.suspects))
     atomic_write_text(paths["report"], render_report(result, settings))
     atomic_write_bytes(paths["plot"], plot_psi(result))
     if semantic:

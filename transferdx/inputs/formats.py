@@ -22,7 +22,6 @@ Formats (``LOADERS``):
 from __future__ import annotations
 
 import csv
-import gzip
 import json
 import re
 import sys
@@ -39,6 +38,8 @@ from transferdx.inputs.records import (
     Passage,
     RecordBuilder,
     iter_jsonl,
+    negative_columns,
+    open_text,
     parse_json_line,
     read_records,
     text_id,
@@ -85,17 +86,9 @@ def require_path(path: str | Path, what: str = "file") -> Path:
     return path
 
 
-def _open_text(path: Path):
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, encoding="utf-8", newline="")
-
-
 # ---------------------------------------------------------------------------------------------
 # n-tuple tables and MS MARCO triples
 # ---------------------------------------------------------------------------------------------
-
-_NEG_COL = re.compile(r"^negative_(\d+)$")
 
 
 def _ntuple_rows(path: Path, builder: RecordBuilder, header: bool | None) -> Iterator[tuple[int, dict]]:
@@ -106,7 +99,7 @@ def _ntuple_rows(path: Path, builder: RecordBuilder, header: bool | None) -> Ite
             if obj is not None:
                 yield lineno, obj
         return
-    with _open_text(path) as handle:
+    with open_text(path) as handle:
         reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
         columns: list[str] | None = None
         for lineno, row in enumerate(reader, start=1):
@@ -146,7 +139,7 @@ def load_ntuple(
         try:
             query = builder.text_field(obj, "query")
             positive = builder.text_field(obj, "positive")
-            neg_keys = sorted((k for k in obj if _NEG_COL.match(k)), key=lambda k: int(k.split("_")[1]))
+            neg_keys = negative_columns(obj)
             if not neg_keys:
                 raise FieldProblem("negative_1", "missing (no negative_k column)")
             negatives = [builder.text_field(obj, k) for k in neg_keys]
@@ -261,7 +254,7 @@ def read_id_text_tsv(path: str | Path, what: str = "text") -> dict[str, str]:
     line (field count, empty id or text, duplicate id) is a located error."""
     path = require_path(path)
     table: dict[str, str] = {}
-    with _open_text(path) as handle:
+    with open_text(path) as handle:
         for lineno, raw in enumerate(handle, start=1):
             line = raw.rstrip("\r\n")
             if not line.strip():
@@ -309,7 +302,7 @@ def load_st_hard_negatives(
     window = parse_slice(slice_spec, k)
     builder = RecordBuilder(path, on_error)
     wanted = None if systems is None else set(systems)
-    with _open_text(path) as handle:
+    with open_text(path) as handle:
         for lineno, raw in enumerate(handle, start=1):
             if not raw.strip():
                 continue

@@ -9,6 +9,7 @@ Nothing is dropped silently: every input record ends up in the output or in the 
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import re
@@ -258,6 +259,21 @@ class FieldProblem(Exception):
 # ---------------------------------------------------------------------------------------------
 # The records JSONL format
 # ---------------------------------------------------------------------------------------------
+
+
+def open_text(path: Path) -> Any:
+    """A text file for reading as UTF-8, gunzipped when its name ends in ``.gz``."""
+    if path.name.lower().endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8")
+    return open(path, encoding="utf-8", newline="")
+
+
+_NEGATIVE_COLUMN = re.compile(r"^negative_(\d+)$")
+
+
+def negative_columns(names: Iterable[str]) -> list[str]:
+    """The ``negative_1..n`` columns (n-tuple tables) among ``names``, in numeric order."""
+    return sorted((c for c in names if _NEGATIVE_COLUMN.match(c)), key=lambda c: int(c.split("_")[1]))
 
 
 def iter_jsonl(path: Path) -> Iterator[tuple[int, str]]:

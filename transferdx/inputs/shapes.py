@@ -33,12 +33,10 @@ tables r + 1.
 from __future__ import annotations
 
 import ast
-import gzip
 import hashlib
 import io
 import json
 import math
-import re
 import tokenize
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,6 +52,8 @@ from transferdx.inputs.records import (
     LoadResult,
     Passage,
     RecordBuilder,
+    negative_columns,
+    open_text,
     read_records,
     read_sidecars,
     record_from_obj,
@@ -72,7 +72,6 @@ SIDECAR_FILES = {
     "clean.json",
 }
 ANCHORS = ("anchor", "query", "question")
-_NEG_COL = re.compile(r"^negative_(\d+)$")
 
 
 def query_id(query: str) -> str:
@@ -125,12 +124,6 @@ def is_saved_dataset(path: Path) -> bool:
     )
 
 
-def _open_text(path: Path) -> Any:
-    if path.name.lower().endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, encoding="utf-8", newline="")
-
-
 def _plain(value: Any) -> Any:
     """numpy / pandas values → plain Python (arrays → lists, NaN → None)."""
     if isinstance(value, np.ndarray):
@@ -156,7 +149,7 @@ def _columns_of(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 
 def _read_json_lines(path: Path, builder: RecordBuilder) -> Table:
     rows, lines, bad = [], [], 0
-    with _open_text(path) as handle:
+    with open_text(path) as handle:
         for lineno, raw in enumerate(handle, start=1):
             text = raw.strip()
             if not text:
@@ -177,7 +170,7 @@ def _read_json_lines(path: Path, builder: RecordBuilder) -> Table:
 
 
 def _first_char(path: Path) -> str:
-    with _open_text(path) as handle:
+    with open_text(path) as handle:
         while True:
             chunk = handle.read(256)
             if not chunk:
@@ -197,7 +190,7 @@ def read_table(path: Path, builder: RecordBuilder, split: str | None = None) -> 
         table = _read_json_lines(path, builder)  # datasets' to_json writes JSON lines, also to *.json
     elif form == "json":
         try:
-            with _open_text(path) as handle:
+            with open_text(path) as handle:
                 data = json.load(handle)
         except json.JSONDecodeError as exc:
             raise InputError(path, exc.lineno, "<json>", f"malformed JSON ({exc.msg})") from None
@@ -452,10 +445,6 @@ def _anchor(columns: Sequence[str]) -> str | None:
     return next((c for c in ANCHORS if c in columns), None)
 
 
-def _neg_columns(columns: Sequence[str]) -> list[str]:
-    return sorted((c for c in columns if _NEG_COL.match(c)), key=lambda c: int(c.split("_")[1]))
-
-
 def _detect_records(columns: Sequence[str]) -> Plan | None:
     return {} if {"qid", "query", "positives", "negatives"} <= set(columns) else None
 
@@ -479,7 +468,7 @@ def _row_flag(row: Mapping[str, Any], plan: Plan, text_cells: bool) -> Row:
 
 
 def _detect_ntuple(columns: Sequence[str]) -> Plan | None:
-    anchor, negs = _anchor(columns), _neg_columns(columns)
+    anchor, negs = _anchor(columns), negative_columns(columns)
     if anchor is None or "positive" not in columns or not negs:
         return None
     return {"anchor": anchor, "negatives": negs, "scores": "scores" in columns, "qid": "qid" in columns}
@@ -515,7 +504,7 @@ def _row_triplet(row: Mapping[str, Any], plan: Plan, text_cells: bool) -> Row:
 
 def _detect_labeled_list(columns: Sequence[str]) -> Plan | None:
     anchor = _anchor(columns)
-    if anchor is None or "positive" not in columns or _neg_columns(columns) or "negative" in columns:
+    if anchor is None or "positive" not in columns or negative_columns(columns) or "negative" in columns:
         return None
     if "labels" in columns:
         return {"anchor": anchor, "labels": "labels", "scores": "scores" if "scores" in columns else None}
