@@ -445,6 +445,9 @@ def read_retrieve_results(path: str | Path) -> dict[str, tuple[str, list[tuple[s
     return out
 
 
+LABELS = ("all", "single")
+
+
 def load_trec_dl(
     root: str | Path,
     runs: list[str] | None = None,
@@ -456,9 +459,15 @@ def load_trec_dl(
     qrels: str = "qrels.dl19-passage.txt",
     results_name: str = "retrieve_results_dl19.json",
     kind: str = "genuine",
+    labels: str = "all",
     **_: Any,
 ) -> LoadResult:
     """Each run in ``root/runs/<SYSTEM>/`` becomes one source.
+
+    ``labels="single"`` gives the single-label situation a miner is in when only p0 is known:
+    positives = [p0], negatives = the run's candidates minus p0, then the slice; judged-relevant
+    candidates stay among the negatives with their grade (the real false negatives that
+    ``fn_evaluation`` scores the suspicion rule against, design §3.9).
 
     Positives of a query = passages judged ≥ ``relevant_grade`` whose text appears in some run,
     ordered by grade (desc) then passage id (asc); p0 is the first. Relevant passages whose text
@@ -469,8 +478,10 @@ def load_trec_dl(
     """
     topic_text, judgments, results, texts, run_dir = _trec_dl_parts(root, runs, topics, qrels, results_name)
     names = sorted(results)
+    if labels not in LABELS:
+        raise ValueError(f"labels must be one of {LABELS}, got {labels!r}")
     window = parse_slice(slice_spec, k)
-    result = LoadResult()
+    result = LoadResult(relevant_grade=relevant_grade)
     judged = [q for q in sorted(judgments, key=_qid_key) if q in topic_text]
     for name in names:
         builder = RecordBuilder(run_dir / name / results_name, on_error)
@@ -498,10 +509,12 @@ def load_trec_dl(
                 builder.exclude(None, "hits", "run has no candidates for this query", source=name, qid=qid)
                 continue
             _query, hits = results[name][qid]
+            if labels == "single":
+                positives = positives[:1]
             candidates = [
                 Passage(docid, content, name, rank=rank, judgment=grades.get(docid))
                 for docid, rank, content in hits
-                if grades.get(docid, -1) < relevant_grade
+                if (docid != positives[0].id if labels == "single" else grades.get(docid, -1) < relevant_grade)
             ]
             # the single-label situation: only p0 is known, so other relevant passages stay in
             single = [d for d, _r, _c in hits if d != positives[0].id][window]
@@ -524,9 +537,14 @@ def load_trec_dl(
             input=_input_descriptor("trec_dl", run_dir / name / results_name),
             mining_method=f"retriever run {name}",
             candidate_pool="the run's retrieved candidates (top-100; REP_LLAMA top-200)",
-            ranking_rule=f"run rank, every passage judged >= {relevant_grade} removed",
+            ranking_rule=(
+                "run rank, p0 removed (single-label: judged-relevant candidates stay)"
+                if labels == "single"
+                else f"run rank, every passage judged >= {relevant_grade} removed"
+            ),
             slice=slice_text(window),
             reference_positive=f"judged >= {relevant_grade}, grade desc then passage id asc; p0 first",
+            labels=labels,
             judgments=qrels,
         )
     return result

@@ -108,8 +108,12 @@ class LoadResult:
     # source → [(qid, negatives judged relevant, negatives)] of the single-label variant (only p0
     # known), where deep judgments exist: the measured false negatives
     false_negatives: dict[str, list[tuple[str, int, int]]] = field(default_factory=dict)
+    # the grade from which a judged passage counts as relevant, where the input has graded judgments
+    relevant_grade: int | None = None
 
     def extend(self, other: LoadResult) -> LoadResult:
+        if self.relevant_grade is None:
+            self.relevant_grade = other.relevant_grade
         self.records.extend(other.records)
         self.exclusions.extend(other.exclusions)
         for source, rows in other.false_negatives.items():
