@@ -183,8 +183,10 @@ def test_audit_reasons_counts_and_rates_with_ci():
     low, high = bootstrap_ratios(num, den, bootstrap_rng(3, "g1"), 200)
     for j, stat in enumerate(SUSPICION_STATS):
         assert stat.name.endswith("_rate") and stat.ci_prefix == stat.name
-        assert rows.loc["g1", f"{stat.name}_ci_low"] == low[j]
-        assert rows.loc["g1", f"{stat.name}_ci_high"] == high[j]
+        # the combined rule is not checked under the default rule=positive_aware: NaN, not 0
+        np.testing.assert_equal(rows.loc["g1", f"{stat.name}_ci_low"], low[j])
+        np.testing.assert_equal(rows.loc["g1", f"{stat.name}_ci_high"], high[j])
+    assert np.isnan(rows.loc["g1", "combined_rate"]) and not np.isnan(rows.loc["g1", "positive_aware_rate"])
 
 
 def test_lexical_audit_encoder_reasons_not_measured():
@@ -200,6 +202,7 @@ def test_lexical_audit_encoder_reasons_not_measured():
     assert rows.loc["c1", "duplicate_positive_rate"] == pytest.approx(2 / 3)
     assert result.suspicion == {
         "reasons_checked": ["duplicate_positive", "duplicate_negative"],
+        "rule": "not_measured",
         "alpha": "not_measured",
         "delta": "not_measured",
     }

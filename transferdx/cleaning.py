@@ -37,7 +37,7 @@ from transferdx.pipeline import AuditOptions, EncoderLike, audit, load
 ACTIONS = ("remove", "relabel")
 RELABELED_RELATION = "relabeled_false_negative"
 # the reasons that say a negative answers the query (the others say it copies a passage)
-RELABEL_REASONS = frozenset({"positive_aware", "near_duplicate_positive"})
+RELABEL_REASONS = frozenset({"positive_aware", "combined", "near_duplicate_positive"})
 REMOVED_COLUMNS = ["source", "qid", "neg_index", "neg_id", "negative", "reasons", "action"]
 EMPTIED_COLUMNS = ["source", "qid", "n_negatives", "n_removed", "n_relabeled"]
 COPY_DIR = "cleaned"  # the copy, apart from the tables (a folder is read whole, CSV included)

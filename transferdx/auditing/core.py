@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from transferdx.artifacts import content_hash
+from transferdx.auditing.fn_eval import eval_frame, fn_evaluation, labels
 from transferdx.auditing.profiles import (
     AuditProfile,
     apply_flags,
@@ -90,6 +91,8 @@ class AuditResult:
     suspects: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=SUSPECT_COLUMNS))
     # the reasons checked and α, δ (α, δ are "not_measured" in a lexical-only audit)
     suspicion: Mapping[str, Any] = field(default_factory=dict)
+    # the suspicion scored against deep judgments (a TREC-DL layout with labels=single), or why not
+    fn_evaluation: Mapping[str, Any] = field(default_factory=dict)
 
     def summary(self) -> str:
         return self.profile.summary()
@@ -156,16 +159,57 @@ def audit(
     profile = dataclasses.replace(
         profile, rows=tuple(rows), thresholds=thresholds, descriptors=descriptors, catch_rate=catch_rate(rows)
     )
-    return AuditResult(negatives, per_record, profile, tuple(loaded.exclusions), suspects, suspicion)
+    evaluation = judged_evaluation(
+        negatives,
+        per_record,
+        loaded.relevant_grade,
+        semantic.suspicion,
+        seed=seed,
+        resamples=resamples,
+        confidence=confidence,
+    )
+    return AuditResult(negatives, per_record, profile, tuple(loaded.exclusions), suspects, suspicion, evaluation)
 
 
 def suspicion_settings(s: SuspicionSettings, scored: bool) -> dict[str, Any]:
-    """What the §3.9 suspicion checked: the reasons, and α and δ where an encoder scored."""
+    """What the §3.9 suspicion checked: the reasons, the score rule, and α and δ where an encoder
+    scored (α only matters for ``rule=positive_aware``)."""
     return {
-        "reasons_checked": list(checked_reasons(scored)),
+        "reasons_checked": list(checked_reasons(scored, s.rule)),
+        "rule": s.rule if scored else "not_measured",
         "alpha": s.alpha if scored else "not_measured",
         "delta": s.delta if scored else "not_measured",
     }
+
+
+def judged_evaluation(
+    negatives: pd.DataFrame,
+    per_record: pd.DataFrame,
+    relevant_grade: int | None,
+    s: SuspicionSettings,
+    *,
+    seed: int,
+    resamples: int,
+    confidence: float,
+) -> dict[str, Any]:
+    """The suspicion scored against deep judgments (:func:`transferdx.auditing.fn_eval.fn_evaluation`)
+    where the input has graded judgments, an encoder scored and some negative is judged relevant;
+    otherwise ``{"status": "not_measured", "reason": ...}``."""
+    if relevant_grade is None or "judgment" not in negatives:
+        return {"status": "not_measured", "reason": "the input carries no graded judgments"}
+    if "s_qn" not in negatives:
+        return {"status": "not_measured", "reason": "lexical-only audit (the rule needs the encoder)"}
+    if not (labels(negatives["judgment"], relevant_grade)).any():
+        return {
+            "status": "not_measured",
+            "reason": f"no negative is judged >= {relevant_grade} (load a TREC-DL layout with labels=single)",
+        }
+    owner = np.repeat(np.arange(len(per_record)), per_record["n_negatives"].to_numpy())
+    frame = eval_frame(negatives, per_record["s_qp"].to_numpy(dtype=np.float64)[owner])
+    result = fn_evaluation(
+        frame, relevant_grade, alpha=s.alpha, delta=s.delta, seed=seed, resamples=resamples, confidence=confidence
+    )
+    return {"status": "measured", **result}
 
 
 def _suspicion(
@@ -193,6 +237,8 @@ def _suspicion(
         s_qp=s_qp if scored else None,
         s_qn=s_qn if scored else None,
         s_pn=s_pn if scored else None,
+        coverage=negatives["coverage"].to_numpy(dtype=np.float64),
+        position=negatives["neg_index"].to_numpy(dtype=np.float64),
     )
     flags = suspect_negatives(inputs, s)
     for col in flags.columns:
@@ -369,7 +415,8 @@ def describe(
     seed: int,
 ) -> dict[str, dict[str, Any]]:
     """The negative-set descriptor of every source: how its negatives were made and what scored them."""
-    corpus = sorted({text_key(p.text).hex() for r in records for p in (*r.positives, *r.negatives)})
+    distinct = dict.fromkeys(p.text for r in records for p in (*r.positives, *r.negatives))  # hash each text once
+    corpus = sorted({text_key(t).hex() for t in distinct})
     corpus_hash = content_hash(corpus)
     by_source: dict[str, list[Record]] = {}
     for r in records:

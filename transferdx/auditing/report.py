@@ -32,6 +32,7 @@ FILES = {
     "plot_profile": "profile.png",
     "plot_margins": "margins.png",
     "plot_bands": "bands.png",
+    "plot_fn": "fn_pr.png",
 }
 KIND_COLOURS = {"genuine": "tab:blue", "control": "tab:orange"}
 MEAN_STATS = [  # (profile column, CI prefix, label)
@@ -57,6 +58,7 @@ SUSPICION_STATS = [  # §3.9 shares of negatives, each with its CI
     ("duplicate_positive_rate", "duplicate_positive_rate", "duplicate_positive"),
     ("duplicate_negative_rate", "duplicate_negative_rate", "duplicate_negative"),
     ("positive_aware_rate", "positive_aware_rate", "positive_aware"),
+    ("combined_rate", "combined_rate", "combined"),
     ("near_duplicate_positive_rate", "near_duplicate_positive_rate", "near_duplicate_positive"),
 ]
 SUSPECTS_SHOWN = 10  # per source in report.md; suspects.csv has them all
@@ -139,6 +141,15 @@ def render_report(result: AuditResult, settings: Mapping[str, Any]) -> str:
         "",
         _markdown_table(frame[[c for c in counts if c in frame]]),
         "",
+        *(
+            [
+                f"{profile.n_excluded_unattributed} excluded records of no known source (not in"
+                " `n_excluded_records`; see Exclusions).",
+                "",
+            ]
+            if profile.n_excluded_unattributed
+            else []
+        ),
         _markdown_table(_with_ci(frame, MEAN_STATS)),
         "",
         "![ρ, η, ψ per source](profile.png)" if semantic else "![ψ per source with bootstrap CI](psi.png)",
@@ -180,6 +191,8 @@ def render_report(result: AuditResult, settings: Mapping[str, Any]) -> str:
         parts += _false_negative_section(frame)
     if "fn_suspect_rate" in frame:
         parts += _suspects_section(frame, result)
+    if result.fn_evaluation.get("status") == "measured":
+        parts += _fn_evaluation_section(result.fn_evaluation)
     parts += _flags_section(frame, profile.thresholds)
     parts += _catch_rate_section(profile.catch_rate)
     parts += _descriptor_section(profile.descriptors)
@@ -237,6 +250,94 @@ def _false_negative_section(frame: pd.DataFrame) -> list[str]:
     ]
 
 
+def _prf(row: Mapping[str, Any], key: str) -> str:
+    return f"{row[key]:.3f} [{row[key + '_ci_low']:.3f}, {row[key + '_ci_high']:.3f}]"
+
+
+def _fn_evaluation_section(ev: Mapping[str, Any]) -> list[str]:
+    """How well the suspicion finds the negatives the deep judgments mark relevant."""
+    grid = pd.DataFrame(ev["grid"])
+    table = pd.DataFrame(
+        {
+            "alpha": [f"{a:g}" for a in grid["alpha"]],
+            "delta": grid["delta"].astype(str),
+            "precision": [_prf(r, "precision") for r in ev["grid"]],
+            "recall": [_prf(r, "recall") for r in ev["grid"]],
+            "f1": [_prf(r, "f1") for r in ev["grid"]],
+        }
+    )
+    best, own = ev["best"], ev["audit_setting"]
+    oof, shipped = ev["combined_out_of_fold"], ev["combined_shipped"]
+    by_source = pd.DataFrame(
+        [
+            {
+                "source": k,
+                "negatives": v["n"],
+                "base_rate": f"{v['base_rate']:.3f}",
+                "precision": _prf(v, "precision"),
+                "recall": _prf(v, "recall"),
+                "f1": _prf(v, "f1"),
+            }
+            for k, v in ev["by_source"].items()
+        ]
+    )
+    verdict = (
+        "The combined detector beats the rule's best F1 out of fold."
+        if ev["combined_beats_best_rule"]
+        else "The combined detector does **not** beat the rule's best F1 out of fold."
+    )
+    return [
+        "## How well the suspicion finds real false negatives",
+        "",
+        f"{ev['n_negatives']} negatives of {ev['n_queries']} queries, scored against the judgments: "
+        f"{ev['n_false_negatives']} are judged >= {ev['relevant_grade']} (base rate {ev['base_rate']:.3f}, the"
+        f" precision of suspecting every negative, whose F1 is {ev['suspect_all_f1']:.3f}; unjudged counts as not"
+        " relevant). Precision, recall and F1"
+        " of the rule (positive-aware at α, near-duplicate at δ, or a text reason) with 95% percentile"
+        " bootstrap CIs over queries. The grid is in `profile.json` under `fn_evaluation`.",
+        "",
+        _markdown_table(table),
+        "",
+        f"- **Best F1** at α = {best['alpha']}, δ = {best['delta']}: F1 {_prf(best, 'f1')}, precision"
+        f" {_prf(best, 'precision')}, recall {_prf(best, 'recall')}.",
+        f"- **This audit's setting** (α = {own['alpha']}, δ = {own['delta']}): F1 {_prf(own, 'f1')}.",
+        f"- **Combined detector**, refitted here with {oof['folds']}-fold cross-validation grouped by query"
+        f" (out of fold): precision {_prf(oof, 'precision')}, recall {_prf(oof, 'recall')}, F1 {_prf(oof, 'f1')}."
+        f" {verdict}",
+        f"- **Shipped combined detector** (fitted on {shipped['fitted_on'] or 'TREC-DL19'}; in-sample where"
+        f" this is that data): precision {_prf(shipped, 'precision')}, recall {_prf(shipped, 'recall')},"
+        f" F1 {_prf(shipped, 'f1')}.",
+        "",
+        "Per source at this audit's setting:",
+        "",
+        _markdown_table(by_source),
+        "",
+        "![precision–recall of the suspicion rule over α, one curve per δ](fn_pr.png)",
+        "",
+    ]
+
+
+def plot_fn_evaluation(ev: Mapping[str, Any]) -> bytes:
+    """Precision against recall over α, one curve per δ, the combined detector as a point, the base
+    rate as a line."""
+    plt, fig, axes = _figure(1, width=6.0)
+    ax = axes[0]
+    fig.set_size_inches(6.0, 4.5)
+    grid = pd.DataFrame(ev["grid"])
+    for delta, part in grid.groupby(grid["delta"].astype(str), sort=True):
+        part = part.sort_values("alpha")
+        ax.plot(part["recall"], part["precision"], marker="o", markersize=3, label=f"rule, δ = {delta}")
+    oof = ev["combined_out_of_fold"]
+    ax.scatter([oof["recall"]], [oof["precision"]], marker="*", s=120, color="black", label="combined (out of fold)")
+    ax.axhline(ev["base_rate"], color="grey", linestyle=":", label="base rate")
+    ax.set_xlabel("recall (judged relevant negatives suspected)")
+    ax.set_ylabel("precision (suspects judged relevant)")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.legend(loc="lower left", fontsize=8, frameon=False)
+    return png_bytes(plt, fig)
+
+
 def _short(text: Any, width: int = TEXT_WIDTH) -> str:
     """One line of at most ``width`` characters (… when cut), safe inside a markdown table cell."""
     flat = " ".join(str(text).split()).replace("|", "\\|")
@@ -246,14 +347,23 @@ def _short(text: Any, width: int = TEXT_WIDTH) -> str:
 def _suspects_section(frame: pd.DataFrame, result: AuditResult) -> list[str]:
     info = result.suspicion
     checked = list(info.get("reasons_checked", []))
-    encoder = "positive_aware" in checked
-    rule = (
-        f"`positive_aware` s(q,n) ≥ α·s(q,p) with α = {info.get('alpha')} (s(q,n) ≥ s(q,p) when s(q,p) ≤ 0);"
-        f" `near_duplicate_positive` cos(p0, n) ≥ δ = {info.get('delta')}; "
-        if encoder
-        else "`positive_aware` and `near_duplicate_positive` **not checked** (lexical audit, no encoder: their"
-        " rates are — and `fn_suspect_rate` counts the text reasons only); "
-    )
+    encoder = "near_duplicate_positive" in checked
+    if not encoder:
+        rule = (
+            "`positive_aware` and `near_duplicate_positive` **not checked** (lexical audit, no encoder: their"
+            " rates are — and `fn_suspect_rate` counts the text reasons only); "
+        )
+    elif info.get("rule") == "combined":
+        rule = (
+            "`combined` the shipped logistic detector over s(q,n) − s(q,p), s(q,n), s(p0,n), coverage and"
+            f" position says p(false negative) ≥ its fitted threshold; `near_duplicate_positive` cos(p0, n) ≥ δ"
+            f" = {info.get('delta')}; "
+        )
+    else:
+        rule = (
+            f"`positive_aware` s(q,n) ≥ α·s(q,p) with α = {info.get('alpha')} (s(q,n) ≥ s(q,p) when s(q,p) ≤ 0);"
+            f" `near_duplicate_positive` cos(p0, n) ≥ δ = {info.get('delta')}; "
+        )
     lines = [
         "## Suspected false negatives",
         "",
@@ -435,7 +545,10 @@ def write_audit(result: AuditResult, out_dir: str | Path, settings: Mapping[str,
     profile = result.profile.to_frame()
     semantic = "rho_mean" in profile
     atomic_write_text(paths["profile_csv"], csv_text(profile))
-    atomic_write_text(paths["profile_json"], canonical_json(_json_safe(result.profile.to_dict())))
+    profile_dict = result.profile.to_dict()
+    if result.fn_evaluation:
+        profile_dict = {**profile_dict, "fn_evaluation": dict(result.fn_evaluation)}
+    atomic_write_text(paths["profile_json"], canonical_json(_json_safe(profile_dict)))
     atomic_write_text(paths["records"], csv_text(result.records))
     atomic_write_text(paths["negatives"], csv_text(result.negatives))
     atomic_write_text(paths["exclusions"], csv_text(exclusions_frame(result.exclusions)))
@@ -446,6 +559,8 @@ def write_audit(result: AuditResult, out_dir: str | Path, settings: Mapping[str,
         atomic_write_bytes(paths["plot_profile"], plot_profile(result))
         atomic_write_bytes(paths["plot_margins"], plot_margins(result))
         atomic_write_bytes(paths["plot_bands"], plot_bands(result))
+    if result.fn_evaluation.get("status") == "measured":
+        atomic_write_bytes(paths["plot_fn"], plot_fn_evaluation(result.fn_evaluation))
     config = _json_safe(dict(settings))
     write_meta(paths["profile_json"], config, rows=len(profile))
     write_meta(paths["records"], config, rows=len(result.records))

@@ -57,6 +57,18 @@ class Audit:
         return self.result.suspects
 
     @property
+    def fn_evaluation(self) -> Mapping[str, Any]:
+        """The suspicion scored against deep judgments (TREC-DL with ``labels=single``): base rate,
+        the (α, δ) grid with precision/recall/F1 and CIs over queries, the best cell, the combined
+        detector out of fold; ``{"status": "not_measured", "reason": ...}`` elsewhere."""
+        return self.result.fn_evaluation
+
+    @property
+    def fn_grid(self) -> pd.DataFrame:
+        """``fn_evaluation``'s (α, δ) grid as a frame (empty when not measured)."""
+        return pd.DataFrame(self.result.fn_evaluation.get("grid", []))
+
+    @property
     def flags(self) -> pd.DataFrame:
         """Flagged sources only: source, kind, flags, reasons."""
         frame = self.profile

@@ -5,15 +5,19 @@ Reasons (:data:`REASONS`, in this order wherever they are joined):
 
 - ``positive_aware``: s(q,n) ≥ α · s(q,p) (NV-Retriever's TopK-PercPos rule, α = 0.95); when
   s(q,p) ≤ 0 the rule reads s(q,n) ≥ s(q,p). A tie at exactly α · s(q,p) is suspected.
+- ``combined`` (instead of ``positive_aware`` when ``rule="combined"``): the shipped logistic
+  detector over s(q,n) − s(q,p), s(q,n), s(p0,n), coverage 1 − ψ and position
+  (:mod:`transferdx.diagnostics.fn_combined`) says p(false negative) ≥ its fitted threshold.
 - ``duplicate_positive``: the negative's normalised text equals the normalised text of any of the
   record's positives (:func:`normalise_text`).
 - ``near_duplicate_positive``: s(p0, n) ≥ δ (passage–passage cosine to the reference positive,
-  δ = 0.95).
+  δ = 0.85, chosen on TREC-DL19 judgments: README, "How well it works").
 - ``duplicate_negative``: the same passage (same id; same normalised text when the id is absent or
   empty) appeared earlier among the record's negatives; the first occurrence is not suspected.
 
-``positive_aware`` and ``near_duplicate_positive`` need the frozen encoder (:data:`ENCODER_REASONS`);
-a lexical-only audit leaves them *unchecked* (NA), never False.
+``positive_aware``, ``combined`` and ``near_duplicate_positive`` need the frozen encoder
+(:data:`ENCODER_REASONS`); a lexical-only audit leaves them *unchecked* (NA), never False, and the
+rule not chosen (``positive_aware`` or ``combined``) is unchecked too.
 """
 
 from __future__ import annotations
@@ -25,19 +29,25 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-REASONS = ("positive_aware", "duplicate_positive", "near_duplicate_positive", "duplicate_negative")
-ENCODER_REASONS = frozenset({"positive_aware", "near_duplicate_positive"})
+from transferdx.diagnostics.fn_combined import features, load_combined
+
+REASONS = ("positive_aware", "combined", "duplicate_positive", "near_duplicate_positive", "duplicate_negative")
+ENCODER_REASONS = frozenset({"positive_aware", "combined", "near_duplicate_positive"})
 TEXT_REASONS = tuple(r for r in REASONS if r not in ENCODER_REASONS)
+RULES = ("positive_aware", "combined")  # the score rule: one of them is checked, the other is not
 
 
 @dataclass(frozen=True)
 class SuspicionSettings:
-    """α of ``positive_aware`` and δ of ``near_duplicate_positive``."""
+    """α of ``positive_aware``, δ of ``near_duplicate_positive``, and which score rule runs."""
 
     alpha: float = 0.95
-    delta: float = 0.95
+    delta: float = 0.85
+    rule: str = "positive_aware"
 
     def __post_init__(self) -> None:
+        if self.rule not in RULES:
+            raise ValueError(f"suspicion rule must be one of {RULES}, got {self.rule!r}")
         if not 0 < self.alpha <= 1:
             raise ValueError(f"suspicion alpha must lie in (0, 1], got {self.alpha}")
         if not -1 <= self.delta <= 1:
@@ -57,17 +67,18 @@ def positive_aware(s_qp: np.ndarray, s_qn: np.ndarray, alpha: float = 0.95) -> n
     return np.asarray(s_qn >= bar, dtype=bool)
 
 
-def near_duplicate_positive(s_pn: np.ndarray, delta: float = 0.95) -> np.ndarray:
+def near_duplicate_positive(s_pn: np.ndarray, delta: float = 0.85) -> np.ndarray:
     """cos(p0, n) ≥ δ."""
     return np.asarray(np.asarray(s_pn, dtype=np.float64) >= delta, dtype=bool)
 
 
 def duplicate_positive(negatives: Sequence[str], owner: np.ndarray, positives: Sequence[Sequence[str]]) -> np.ndarray:
     """Negative k (of record ``owner[k]``) has the normalised text of any positive of its record.
-    ``negatives`` and ``positives`` are raw texts; both are normalised here."""
+    ``negatives`` and ``positives`` are raw texts; each distinct text is normalised once."""
+    norm = {t: normalise_text(t) for t in dict.fromkeys(negatives)}
     pos_sets = [{normalise_text(p) for p in ps} for ps in positives]
     return np.fromiter(
-        (normalise_text(t) in pos_sets[int(o)] for t, o in zip(negatives, owner, strict=True)),
+        (norm[t] in pos_sets[int(o)] for t, o in zip(negatives, owner, strict=True)),
         dtype=bool,
         count=len(negatives),
     )
@@ -82,12 +93,14 @@ def passage_key(passage_id: str | None, text: str) -> str:
 def duplicate_negative(keys: Sequence[str], owner: np.ndarray) -> np.ndarray:
     """Negative k repeats an earlier negative of the same record (same :func:`passage_key`); the
     first occurrence is not suspected."""
-    seen: set[tuple[int, str]] = set()
-    out = np.zeros(len(keys), dtype=bool)
-    for k, (key, o) in enumerate(zip(keys, owner, strict=True)):
-        item = (int(o), key)
-        out[k] = item in seen
-        seen.add(item)
+    if not len(keys):
+        return np.zeros(0, dtype=bool)
+    codes = {key: i for i, key in enumerate(dict.fromkeys(keys))}
+    code = np.fromiter((codes[k] for k in keys), dtype=np.int64, count=len(keys))
+    pair = np.asarray(owner, dtype=np.int64) * len(codes) + code
+    _, first = np.unique(pair, return_index=True)
+    out = np.ones(len(keys), dtype=bool)
+    out[first] = False
     return out
 
 
@@ -109,12 +122,30 @@ class SuspicionInputs:
     s_qp: np.ndarray | None = None
     s_qn: np.ndarray | None = None
     s_pn: np.ndarray | None = None
+    coverage: np.ndarray | None = None  # 1 − ψ per negative (the combined rule)
+    position: np.ndarray | None = None  # 0-based position of the negative in its record
 
 
 def _positive_aware(x: SuspicionInputs, s: SuspicionSettings) -> np.ndarray | None:
-    if x.s_qp is None or x.s_qn is None:
+    if x.s_qp is None or x.s_qn is None or s.rule != "positive_aware":
         return None
     return positive_aware(x.s_qp, x.s_qn, s.alpha)
+
+
+def _combined(x: SuspicionInputs, s: SuspicionSettings) -> np.ndarray | None:
+    if s.rule != "combined" or x.s_qp is None or x.s_qn is None or x.s_pn is None:
+        return None
+    n = len(x.neg_texts)
+    frame = pd.DataFrame(
+        {
+            "s_qp": x.s_qp,
+            "s_qn": x.s_qn,
+            "s_pn": x.s_pn,
+            "coverage": np.zeros(n) if x.coverage is None else x.coverage,
+            "position": np.zeros(n) if x.position is None else x.position,
+        }
+    )
+    return load_combined().predict(features(frame))
 
 
 def _near_duplicate(x: SuspicionInputs, s: SuspicionSettings) -> np.ndarray | None:
@@ -126,13 +157,15 @@ def _duplicate_positive(x: SuspicionInputs, s: SuspicionSettings) -> np.ndarray:
 
 
 def _duplicate_negative(x: SuspicionInputs, s: SuspicionSettings) -> np.ndarray:
-    keys = [passage_key(i, t) for i, t in zip(x.neg_ids, x.neg_texts, strict=True)]
-    return duplicate_negative(keys, x.owner)
+    pairs = list(zip(x.neg_ids, x.neg_texts, strict=True))
+    keys = {pair: passage_key(*pair) for pair in dict.fromkeys(pairs)}  # one key per distinct (id, text)
+    return duplicate_negative([keys[pair] for pair in pairs], x.owner)
 
 
 # Register, don't branch: reason → rule (None when the inputs it needs are absent).
 REASON_RULES: Mapping[str, Callable[[SuspicionInputs, SuspicionSettings], np.ndarray | None]] = {
     "positive_aware": _positive_aware,
+    "combined": _combined,
     "duplicate_positive": _duplicate_positive,
     "near_duplicate_positive": _near_duplicate,
     "duplicate_negative": _duplicate_negative,
@@ -160,14 +193,19 @@ def suspect_negatives(x: SuspicionInputs, settings: SuspicionSettings = Suspicio
         hits[:, j] = values
         frame[f"fn_{name}"] = pd.array(values, dtype="boolean")
     names = np.asarray(REASONS, dtype=object)
-    frame["fn_reasons"] = [";".join(names[row]) for row in hits]
+    patterns, which = np.unique(hits, axis=0, return_inverse=True)  # join each distinct pattern once
+    joined = np.asarray([";".join(names[row]) for row in patterns], dtype=object)
+    frame["fn_reasons"] = joined[np.asarray(which).reshape(-1)] if n else np.asarray([], dtype=object)
     frame["fn_suspect"] = hits.any(axis=1)
     return frame
 
 
-def checked_reasons(encoder: bool) -> tuple[str, ...]:
-    """The reasons an audit checks: all of them with an encoder, the text reasons without."""
-    return REASONS if encoder else TEXT_REASONS
+def checked_reasons(encoder: bool, rule: str = "positive_aware") -> tuple[str, ...]:
+    """The reasons an audit checks: with an encoder, all but the score rule not chosen; without
+    one, the text reasons."""
+    if not encoder:
+        return TEXT_REASONS
+    return tuple(r for r in REASONS if r == rule or r not in RULES)
 
 
 def record_counts(negatives: pd.DataFrame, owner: np.ndarray, n_records: int) -> dict[str, np.ndarray]:

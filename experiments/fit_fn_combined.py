@@ -1,0 +1,81 @@
+"""Fit the ``combined`` false-negative detector shipped in ``transferdx/diagnostics/fn_combined.json``.
+
+TREC-DL19 in the single-label situation (``labels=single``: only p0 is a positive; judged-relevant
+candidates stay among each run's top-8 negatives), audited with all-MiniLM-L6-v2; a negative is a
+real false negative when judged >= 2. Prints the out-of-fold scores (5 folds grouped by query) next
+to the positive-aware rule's best cell, then writes the fit on all negatives.
+
+    python experiments/fit_fn_combined.py [DATA_DIR] [--check]
+
+``--check`` refits and compares with the shipped file instead of writing it (exit 1 on a difference).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import transferdx as tdx
+from transferdx.artifacts import canonical_json
+from transferdx.auditing.fn_eval import ALPHAS, DELTAS, eval_frame, evaluate_predictions, labels, out_of_fold, rule
+from transferdx.diagnostics.fn_combined import COMBINED_FILE, features, fit_combined
+from transferdx.inputs.formats import load_trec_dl
+
+SHIPPED = Path(tdx.__file__).parent / "diagnostics" / COMBINED_FILE
+FITTED_ON = "TREC-DL19 labels=single, top-8 of six runs, all-MiniLM-L6-v2, judged >= 2"
+
+
+def dl19_frame(data_dir: str | Path, cache_dir: str | Path | None = None):
+    """The evaluation frame of DL19 (single-label) under MiniLM, and the relevant grade."""
+    loaded = load_trec_dl(Path(data_dir) / "msmarco-dl19", labels="single")
+    grade = loaded.relevant_grade
+    loaded.relevant_grade = None  # the frame only: the audit's own evaluation needs this fit
+    result = tdx.audit(loaded, encoder="minilm_l6", controls="none", cache_dir=cache_dir, resamples=1).result
+    owner = np.repeat(np.arange(len(result.records)), result.records["n_negatives"].to_numpy())
+    return eval_frame(result.negatives, result.records["s_qp"].to_numpy(dtype=np.float64)[owner]), grade
+
+
+def fit(data_dir: str | Path, cache_dir: str | Path | None = None) -> dict:
+    frame, grade = dl19_frame(data_dir, cache_dir)
+    y = labels(frame["judgment"], grade)
+    x = features(frame)
+    qids = frame["qid"].tolist()
+    oof = out_of_fold(x, y, qids)
+    cells = [(a, d) for d in DELTAS for a in ALPHAS]
+    rows = evaluate_predictions([rule(frame, a, d) for a, d in cells] + [oof], y, qids)
+    best_i = max(range(len(cells)), key=lambda i: rows[i]["f1"])
+    det = fit_combined(x, y, FITTED_ON)
+    out = det.to_dict()
+    out["provenance"] = {
+        "script": "experiments/fit_fn_combined.py",
+        "n_negatives": len(y),
+        "n_false_negatives": int(y.sum()),
+        "base_rate": float(y.mean()),
+        "out_of_fold": {k: rows[-1][k] for k in ("precision", "recall", "f1", "f1_ci_low", "f1_ci_high")},
+        "best_rule": {"alpha": cells[best_i][0], "delta": cells[best_i][1] or "off", "f1": rows[best_i]["f1"]},
+    }
+    return out
+
+
+def main(argv: list[str]) -> int:
+    args = [a for a in argv if not a.startswith("--")]
+    data_dir = args[0] if args else os.environ.get("TRANSFERDX_DATA_DIR", "../shared/data")
+    fitted = fit(data_dir)
+    print(json.dumps(fitted["provenance"], indent=2))
+    text = canonical_json(fitted)
+    if "--check" in argv:
+        shipped = json.loads(SHIPPED.read_text("utf-8"))
+        same = all(np.allclose(shipped[k], fitted[k], atol=1e-6) for k in ("mean", "scale", "coef", "intercept"))
+        print("shipped coefficients reproduce" if same else "shipped coefficients DIFFER from the refit")
+        return 0 if same else 1
+    SHIPPED.write_text(text, encoding="utf-8")
+    print(f"wrote {SHIPPED}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
