@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from transferdx.diagnostics.lexical import document_frequency, idf, negative_residuality, residuality, token_matrices
+from transferdx.diagnostics.suspicion import normalise_text
 from transferdx.diagnostics.tokens import alnum
 from transferdx.inputs.records import Passage, Record
 
@@ -55,8 +56,9 @@ def build_records(texts: list[str], n_records: int, k: int, seed: int) -> list[R
 
 
 def baseline_psi(records: list[Record]) -> list[float]:
-    """The plain implementation: pooled idf by a Counter over token sets, then a loop over pairs."""
-    corpus = {p.text for r in records for p in (*r.positives, *r.negatives)}
+    """The plain implementation: pooled idf by a Counter over token sets (each passage once by its
+    normalised text, design §3 "Identity of passages"), then a loop over pairs."""
+    corpus = {normalise_text(p.text): p.text for r in records for p in (*r.positives, *r.negatives)}.values()
     df: Counter[str] = Counter()
     for text in corpus:
         df.update(set(alnum(text)))

@@ -63,7 +63,8 @@ def test_records_error_classes(tmp_path, name, line, field, message):
     # a record whose only negative is excluded is then excluded itself: both are logged
     assert len(skipped.exclusions) == (2 if name == "negative is positive" else 1)
     ex = skipped.exclusions[0]
-    assert (ex.file, ex.line, ex.field) == (str(path), "2", field) and message in ex.reason
+    # the error names the path as given; the exclusion log names the file relative to the input
+    assert (ex.file, ex.line, ex.field) == (path.name, "2", field) and message in ex.reason
 
 
 def test_duplicate_query_in_source(tmp_path):
@@ -101,7 +102,7 @@ def test_policy_must_be_known(tmp_path):
 def test_tsv_wrong_field_count(tmp_path):
     path = tmp_path / "t.tsv"
     path.write_text("q\tp\tn\nq2\tp2\n")
-    with pytest.raises(InputError, match="expected 3 tab-separated fields, got 2") as err:
+    with pytest.raises(InputError, match=r"expected at least 3 tab-separated fields \(.*\), got 2") as err:
         load_ntuple(path)
     assert err.value.line == 2
     assert len(load_ntuple(path, on_error="skip").exclusions) == 1

@@ -5,15 +5,17 @@ between the files and the record values is redone here in plain Python, from the
 docs/design.md, without calling the package:
 
 - **Records** (the TREC-DL loader's rule, ``transferdx.inputs.formats.load_trec_dl``): a passage's
-  text is the first one seen over the loaded runs (runs in name order, hits in rank order). The
-  positives of a query are its passages judged ≥ 2 whose text some loaded run has, ordered by grade
-  (descending) then passage id *as a string* (ascending); **p0 = positives[0]**. So among equally
-  graded passages the string order decides: for 489204 p0 is "1051498", although "759510" is the
-  numerically smaller id. The negatives of run S are S's hits in rank order minus every passage
-  judged ≥ 2 (unjudged passages stay), then the first K = 8.
+  text is the first one seen over the loaded runs (runs in name order, hits in rank order), for
+  positives and negatives alike (one passage id, one text). The positives of a query are its
+  passages judged ≥ 2 whose text some loaded run has, ordered by grade (descending) then passage id
+  *as an integer* (ascending; MS MARCO ids are integers, design §3 "Identity of passages");
+  **p0 = positives[0]**. So among equally graded passages the numeric order decides: for 489204 p0
+  is "759510", although "1051498" comes first as a string. The negatives of run S are S's hits in
+  rank order minus every passage judged ≥ 2 (unjudged passages stay), then the first K = 8.
 - **ψ** (§3.1): T(x) = set(re.findall(r"[^\\W_]+", x.lower())); the pooled IDF corpus is the
-  deduplicated texts of every positive and negative of every audited record (here: the six records
-  below, since exactly those are audited); idf(t) = ln(1 + (N − df + 0.5) / (df + 0.5));
+  passages of every positive and negative of every audited record (here: the six records below,
+  since exactly those are audited), deduplicated by passage identity (the text under Unicode NFKC,
+  case-folded, whitespace runs collapsed); idf(t) = ln(1 + (N − df + 0.5) / (df + 0.5));
   ψ(q, n) = Σ_{t ∈ T(q) \\ T(n)} idf(t) / Σ_{t ∈ T(q)} idf(t); the record value is the mean over
   its negatives.
 - **ρ, η** (§3.2): cosines of the bundled all-MiniLM-L6-v2, loaded with sentence-transformers
@@ -30,6 +32,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from pathlib import Path
 
 import numpy as np
@@ -49,13 +52,13 @@ K, RELEVANT, TAU = 8, 2, 0.05
 TOKEN = re.compile(r"[^\W_]+")
 
 # (run, qid) → (p0 id, ψ, ρ, η): the hand computation below, written down once.
-# The pooled IDF corpus of these six records holds N = 141 unique texts; every record has K = 8.
+# The pooled IDF corpus of these six records holds N = 141 unique passages; every record has K = 8.
 GOLDEN = {
     ("BM25", "19335"): ("3175481", 0.6374949872, 0.3909882121, 0.5202634959),
-    ("BM25", "489204"): ("1051498", 0.1776971010, 0.7854986617, 0.5199342613),
+    ("BM25", "489204"): ("759510", 0.1776971010, 0.6111828760, 0.5199342613),
     ("BM25", "1124210"): ("131190", 0.8931538475, 0.8771608304, 0.4383367676),
     ("D_BERT_KD_TASB", "19335"): ("3175481", 0.7357772440, 0.0830155677, 0.6615301747),
-    ("D_BERT_KD_TASB", "489204"): ("1051498", 0.3149339819, 0.2585810219, 0.7433383007),
+    ("D_BERT_KD_TASB", "489204"): ("759510", 0.3149339819, 0.0532368725, 0.7433383007),
     ("D_BERT_KD_TASB", "1124210"): ("131190", 0.8076238400, 0.1961005504, 0.6711556477),
 }
 N_CORPUS = 141
@@ -63,6 +66,11 @@ N_CORPUS = 141
 
 def tokens(text: str) -> set[str]:
     return set(TOKEN.findall(text.lower()))
+
+
+def identity(text: str) -> str:
+    """A passage's identity: its text under NFKC, case-folded, whitespace runs collapsed."""
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
 
 
 def hand_records(root: Path) -> dict[tuple[str, str], dict]:
@@ -90,7 +98,7 @@ def hand_records(root: Path) -> dict[tuple[str, str], dict]:
     for run in RUNS:
         for qid in QIDS:
             g = grades[qid]
-            relevant = sorted((p for p, v in g.items() if v >= RELEVANT and p in text), key=lambda p: (-g[p], p))
+            relevant = sorted((p for p, v in g.items() if v >= RELEVANT and p in text), key=lambda p: (-g[p], int(p)))
             negatives = [str(h["docid"]) for h in hits[run][qid] if g.get(str(h["docid"]), -1) < RELEVANT][:K]
             out[(run, qid)] = {
                 "query": topics[qid],
@@ -102,7 +110,7 @@ def hand_records(root: Path) -> dict[tuple[str, str], dict]:
 
 def hand_psi(records: dict[tuple[str, str], dict]) -> dict[tuple[str, str], float]:
     """Record ψ with the pooled IDF over the deduplicated texts of all audited records."""
-    corpus = {t for r in records.values() for _, t in (*r["positives"], *r["negatives"])}
+    corpus = {identity(t): t for r in records.values() for _, t in (*r["positives"], *r["negatives"])}.values()
     token_sets = [tokens(t) for t in corpus]
     n_docs = len(corpus)
 
@@ -159,8 +167,8 @@ def package(data, tmp_path_factory):
 def test_records_are_built_as_by_hand(hand, package):
     """The loader's p0, positives and negative window equal the hand rule (and p0 its literal).
 
-    Kills: positives ordered by numeric id (``int(p)`` in ``load_trec_dl``'s sort key), which makes
-    p0 of 489204 "759510"."""
+    Kills: positives ordered by passage id as strings (the sort key before design v2's identity
+    rule), which makes p0 of 489204 "1051498"."""
     records, _, _ = hand
     chosen, _ = package
     built = {(r.source, r.qid): r for r in chosen.records}
@@ -176,7 +184,8 @@ def test_audit_reproduces_hand_values(hand, package):
     """ψ (1e-6), ρ and η (1e-5) per record: the package's audit against the hand computation.
 
     Kills: a pooled IDF corpus holding only p0 of each record instead of every positive (in
-    ``negative_residuality``), and the numeric p0 above (ρ moves with p0)."""
+    ``negative_residuality``), and the string-ordered p0 above (ρ moves with p0: 0.785 instead of
+    0.611 for BM25 on 489204)."""
     _, psi, semantic = hand
     _, result = package
     frame = result.records.set_index(["source", "qid"])

@@ -73,7 +73,8 @@ def test_dl19_positive_order_and_no_relevant_negatives(dl19, data):
         qid, _, pid, g = line.split()
         grades[(qid, pid)] = int(g)
     for rec in dl19.records:
-        keys = [(-grades[(rec.qid, p.id)], p.id) for p in rec.positives]
+        # MS MARCO passage ids are integers: ordered numerically (design §3, identity of passages)
+        keys = [(-grades[(rec.qid, p.id)], int(p.id)) for p in rec.positives]
         assert keys == sorted(keys)
         assert all(grades[(rec.qid, p.id)] >= 2 for p in rec.positives)
         assert all(grades.get((rec.qid, n.id), -1) < 2 for n in rec.negatives)

@@ -5,27 +5,34 @@
 - ψ(q, n) = Σ_{t ∈ T(q) \\ T(n)} idf(t) / Σ_{t ∈ T(q)} idf(t), the IDF-weighted share of query
   tokens the negative does not cover. Range [0, 1]; higher = the negative covers less of the query.
   Undefined (NaN) when T(q) is empty. Coverage C = 1 − ψ.
+- The pooled IDF corpus counts each passage once by identity (normalised text), not by exact string.
 
-Everything is vectorised: each unique text is tokenised once, documents are kept only on the query
-vocabulary (other tokens cannot change ψ), and pairs are scored with sparse row products.
+Everything is vectorised and grows with the distinct texts and pairs, not with their copies: each
+distinct text is tokenised once, documents are kept only on the query vocabulary (other tokens
+cannot change ψ), negatives are integer ids into text tables, and each distinct (query, passage)
+pair is scored once, by binary search over the documents' sorted (row, token) keys, in blocks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import chain, pairwise, repeat
+from operator import attrgetter
 
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 
+from transferdx.diagnostics.suspicion import normalise_text
 from transferdx.diagnostics.tokens import Tokenizer, token_stream
 from transferdx.inputs.records import Record
+from transferdx.inputs.texts import TextTable
 
 PROGRESS_MIN = 200_000  # show a progress bar when tokenising at least this many texts
 CHUNK = 50_000  # texts tokenised per block (bounds memory on large collections)
+ENTRY_BLOCK = 1 << 18  # (pair, query token) entries scored per block in residuality
 
 
 def idf(df: np.ndarray, n_docs: int) -> np.ndarray:
@@ -45,40 +52,65 @@ class TokenMatrices:
     docs: sp.csr_matrix
 
 
+def _incidence_block(owner: np.ndarray, cols: np.ndarray, n_rows: int, n_vocab: int) -> tuple[np.ndarray, np.ndarray]:
+    """(column indices, row counts) of the canonical CSR rows for (row, column) hits (``cols`` < 0:
+    not in the vocabulary): pairs sorted by row then column, duplicates removed."""
+    hit = cols >= 0
+    width = max(n_vocab, 1)
+    keys = np.sort(owner[hit] * width + cols[hit])
+    keys = keys[np.concatenate([[True], keys[1:] != keys[:-1]])] if len(keys) else keys
+    return keys % width, np.bincount(keys // width, minlength=n_rows)
+
+
+def _stack(blocks: list[tuple[np.ndarray, np.ndarray]], n_vocab: int) -> sp.csr_matrix:
+    """One CSR matrix (``n_vocab`` columns) from row blocks of (column indices, row counts)."""
+    indices = np.concatenate([b[0] for b in blocks]) if blocks else np.zeros(0, dtype=np.int64)
+    counts = np.concatenate([b[1] for b in blocks]) if blocks else np.zeros(0, dtype=np.int64)
+    indptr = np.concatenate([[0], np.cumsum(counts)])
+    return sp.csr_matrix((np.ones(len(indices)), indices, indptr), shape=(len(counts), n_vocab))
+
+
 def _incidence(texts: Sequence[str], tokenizer: Tokenizer, vocab: Mapping[str, int], desc: str) -> sp.csr_matrix:
     """Rows = texts, columns = vocabulary; 1 where the text contains the token (canonical CSR).
 
-    Texts are tokenised in chunks (``token_stream``); tokens are looked up in the vocabulary dict,
-    and (text, token) pairs are deduplicated by sorting their keys.
+    Texts are tokenised in chunks (``token_stream``), each text once; tokens are looked up in the
+    vocabulary dict, and (text, token) pairs are deduplicated by sorting their keys.
     """
-    n_vocab = max(len(vocab), 1)
     blocks = []
     chunks = range(0, len(texts), CHUNK)
     for start in tqdm(chunks, desc=desc, unit="chunk", disable=len(texts) < PROGRESS_MIN, leave=False):
         part = texts[start : start + CHUNK]
         tokens, owner = token_stream(part, tokenizer)
         cols = np.fromiter(map(vocab.get, tokens, repeat(-1)), dtype=np.int64, count=len(tokens))
-        hit = cols >= 0
-        keys = np.sort(owner[hit] * n_vocab + cols[hit])
-        keys = keys[np.concatenate([[True], keys[1:] != keys[:-1]])] if len(keys) else keys
-        rows = keys // n_vocab
-        indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=len(part)))])
-        blocks.append(sp.csr_matrix((np.ones(len(keys)), keys % n_vocab, indptr), shape=(len(part), len(vocab))))
-    if not blocks:
-        return sp.csr_matrix((0, len(vocab)))
-    return sp.vstack(blocks, format="csr") if len(blocks) > 1 else blocks[0]
+        blocks.append(_incidence_block(owner, cols, len(part), len(vocab)))
+    return _stack(blocks, len(vocab))
+
+
+def query_incidence(query_texts: Sequence[str], tokenizer: Tokenizer) -> tuple[dict[str, int], sp.csr_matrix]:
+    """The query vocabulary (token → column, distinct query tokens in first-seen order) and the
+    queries' incidence on it, tokenising each text once (in chunks)."""
+    vocab: dict[str, int] = {}
+    blocks = []
+    chunks = range(0, len(query_texts), CHUNK)
+    quiet = len(query_texts) < PROGRESS_MIN
+    for start in tqdm(chunks, desc="tokenise queries", unit="chunk", disable=quiet, leave=False):
+        part = query_texts[start : start + CHUNK]
+        tokens, owner = token_stream(part, tokenizer)
+        for t in dict.fromkeys(tokens.tolist()):
+            vocab.setdefault(t, len(vocab))
+        cols = np.fromiter(map(vocab.__getitem__, tokens), dtype=np.int64, count=len(tokens))
+        blocks.append(_incidence_block(owner, cols, len(part), len(vocab)))
+    return vocab, _stack(blocks, len(vocab))
 
 
 def query_vocabulary(query_texts: Sequence[str], tokenizer: Tokenizer) -> dict[str, int]:
     """Token → column for the distinct query tokens, in first-seen order."""
-    tokens, _ = token_stream(query_texts, tokenizer)
-    return {t: i for i, t in enumerate(dict.fromkeys(tokens.tolist()))}
+    return query_incidence(query_texts, tokenizer)[0]
 
 
 def token_matrices(query_texts: Sequence[str], doc_texts: Sequence[str], tokenizer: Tokenizer) -> TokenMatrices:
     """Tokenise each text once; the vocabulary is the query tokens in first-seen order."""
-    vocab = query_vocabulary(query_texts, tokenizer)
-    queries = _incidence(query_texts, tokenizer, vocab, "tokenise queries")
+    vocab, queries = query_incidence(query_texts, tokenizer)
     docs = _incidence(doc_texts, tokenizer, vocab, "tokenise passages")
     return TokenMatrices(vocab, queries, docs)
 
@@ -90,6 +122,18 @@ def document_frequency(docs: sp.csr_matrix, rows: np.ndarray | None = None) -> t
     return df, sub.shape[0]
 
 
+def _sorted_keys(docs: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray, int]:
+    """(row × width + column for every stored entry, in increasing order; the entries' values;
+    width) of ``docs`` in canonical form (duplicates summed, as scipy's element lookup reads them)."""
+    docs = sp.csr_matrix(docs)
+    if not docs.has_canonical_format:
+        docs = docs.copy()
+        docs.sum_duplicates()
+    width = max(docs.shape[1], 1)
+    rows = np.repeat(np.arange(docs.shape[0], dtype=np.int64), np.diff(docs.indptr))
+    return rows * width + docs.indices.astype(np.int64), docs.data, width
+
+
 def residuality(
     queries: sp.csr_matrix,
     docs: sp.csr_matrix,
@@ -99,24 +143,35 @@ def residuality(
 ) -> np.ndarray:
     """ψ for each (query row, doc row) pair; NaN where the query has no token. Range [0, 1].
 
-    Each pair expands to its query's tokens; the document side is read with scipy's element
-    lookup (a binary search inside each document's sorted row), and the covered IDF mass is a bincount.
+    Each pair expands to its query's tokens; the document side is a binary search for (doc row,
+    token) among the documents' sorted entries, and the covered IDF mass is a bincount. Pairs are
+    scored in blocks of about :data:`ENTRY_BLOCK` (pair, token) entries, so memory stays bounded.
     """
     pair_query = np.asarray(pair_query, dtype=np.int64)
     pair_doc = np.asarray(pair_doc, dtype=np.int64)
-    q_len = np.diff(queries.indptr)
+    indptr = queries.indptr.astype(np.int64)
+    q_len = np.diff(indptr)
     q_row = np.repeat(np.arange(queries.shape[0], dtype=np.int64), q_len)
     total = np.bincount(q_row, weights=idf_values[queries.indices], minlength=queries.shape[0])
+    doc_keys, doc_values, width = _sorted_keys(docs)
 
     per_pair = q_len[pair_query]
-    entry_pair = np.repeat(np.arange(len(pair_query), dtype=np.int64), per_pair)
-    start = np.repeat(queries.indptr[pair_query] - (np.cumsum(per_pair) - per_pair), per_pair)
-    cols = queries.indices[start + np.arange(len(entry_pair), dtype=np.int64)]
-    if len(cols):
-        found = np.asarray(docs[pair_doc[entry_pair], cols]).ravel()
-    else:
-        found = np.zeros(0)
-    covered = np.bincount(entry_pair, weights=idf_values[cols] * found, minlength=len(pair_query))
+    ends = np.cumsum(per_pair)
+    cuts = np.searchsorted(ends, np.arange(ENTRY_BLOCK, int(ends[-1]) if len(ends) else 0, ENTRY_BLOCK), "right")
+    bounds = np.unique(np.concatenate([[0], cuts, [len(pair_query)]]).astype(np.int64))
+    covered = np.zeros(len(pair_query))
+    for a, b in pairwise(bounds.tolist()):
+        counts = per_pair[a:b]
+        entry_pair = np.repeat(np.arange(b - a, dtype=np.int64), counts)
+        start = np.repeat(indptr[pair_query[a:b]] - (np.cumsum(counts) - counts), counts)
+        cols = queries.indices[start + np.arange(len(entry_pair), dtype=np.int64)]
+        keys = pair_doc[a:b][entry_pair] * width + cols
+        found = np.zeros(len(keys), dtype=doc_values.dtype)
+        if len(doc_keys) and len(keys):
+            at = np.minimum(np.searchsorted(doc_keys, keys), len(doc_keys) - 1)
+            hit = doc_keys[at] == keys
+            found[hit] = doc_values[at[hit]]
+        covered[a:b] = np.bincount(entry_pair, weights=idf_values[cols] * found, minlength=b - a)
 
     denom = total[pair_query]
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -136,11 +191,16 @@ class IdfContext:
     matrices: TokenMatrices
     source_rows: Mapping[str, np.ndarray]  # rows of matrices.docs among a source's positives+negatives
     external: sp.csr_matrix | None = None  # an external collection on the same vocabulary
+    # row → the row of the first text with the same passage identity (normalised text, design §3):
+    # whitespace or case variants of one passage count once in the pooled corpus
+    identity: np.ndarray | None = None
 
 
 def _pooled(ctx: IdfContext) -> dict[str, tuple[np.ndarray, int]]:
-    rows = np.unique(np.concatenate(list(ctx.source_rows.values()))) if ctx.source_rows else np.array([], int)
-    pooled = document_frequency(ctx.matrices.docs, rows)
+    rows = np.concatenate(list(ctx.source_rows.values())) if ctx.source_rows else np.array([], int)
+    if ctx.identity is not None:
+        rows = ctx.identity[rows.astype(np.int64)]
+    pooled = document_frequency(ctx.matrices.docs, np.unique(rows))
     return {source: pooled for source in ctx.source_rows}
 
 
@@ -181,53 +241,110 @@ def _factorize(values: Sequence[str]) -> tuple[np.ndarray, list[str]]:
     return codes, list(index)
 
 
+def _by_identity(objects: Sequence[object]) -> tuple[np.ndarray, list[object]]:
+    """(code of each object, the distinct objects in first-seen order), by object identity."""
+    keys = np.fromiter(map(id, objects), dtype=np.uint64, count=len(objects))
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    return rank[inverse.reshape(-1)], [objects[i] for i in first[order]]
+
+
+def passage_identity(texts: Sequence[str]) -> np.ndarray:
+    """For each text, the index of the first text with the same :func:`normalise_text` (one
+    passage, one identity: whitespace variants of a text are the same passage)."""
+    first: dict[str, int] = {}
+    return np.fromiter(
+        (first.setdefault(normalise_text(t), i) for i, t in enumerate(texts)), dtype=np.int64, count=len(texts)
+    )
+
+
 def negative_residuality(
     records: Sequence[Record],
     tokenizer: Tokenizer,
     idf_corpus: str = "pooled",
     external_texts: Sequence[str] | None = None,
+    texts: TextTable | None = None,
 ) -> pd.DataFrame:
-    """One row per (record, negative): ``source, qid, neg_index, neg_id, psi``.
+    """One row per (record, negative): ``source, qid, neg_index, neg_id, psi``; with ``texts``, also
+    ``query_id`` and ``text_id``: the ids of the query and of the negative's text in that table
+    (texts new to it are added), so that a per-negative table need not hold texts.
 
-    The pooled IDF corpus is the set of unique passage texts (exact string identity) among all
-    positives and negatives of all records passed in.
+    The pooled IDF corpus is the set of unique passages among all positives and negatives of all
+    records passed in, one per passage identity (normalised text: Unicode NFKC, case-folded,
+    whitespace collapsed; :func:`passage_identity`), so whitespace variants of one passage count once.
+
+    Memory and time grow with the distinct texts and pairs, not with the copies: each distinct text
+    is tokenised once, negatives are integer ids into text tables, and ψ is computed once per
+    distinct (query, passage) pair among the sources that share one IDF corpus.
     """
     rule = get_idf_corpus(idf_corpus)
     n_neg = np.fromiter((len(r.negatives) for r in records), dtype=np.int64, count=len(records))
     n_pos = np.fromiter((len(r.positives) for r in records), dtype=np.int64, count=len(records))
-    neg_texts = [n.text for r in records for n in r.negatives]
-    pos_texts = [p.text for r in records for p in r.positives]
-    query_codes, query_texts = _factorize([r.query for r in records])
-    text_codes, texts = _factorize(neg_texts + pos_texts)
+    # loaded passages are interned (transferdx.inputs.texts): a repeated passage is one object, so
+    # negatives are factorised by identity and texts and ids are read once per distinct object
+    neg_codes, neg_distinct = _by_identity(list(chain.from_iterable(map(attrgetter("negatives"), records))))
+    queries, passages = TextTable(), TextTable()  # negatives first, then positives (first-seen order)
+    pair_q = np.repeat(queries.ids(list(map(attrgetter("query"), records))), n_neg)
+    pair_d = passages.ids(list(map(attrgetter("text"), neg_distinct)))[neg_codes]
+    pos_d = passages.ids(list(map(attrgetter("text"), chain.from_iterable(map(attrgetter("positives"), records)))))
     source_codes, source_names = _factorize([r.source for r in records])
 
-    pair_q = np.repeat(query_codes, n_neg).astype(np.int64)
-    pair_d = text_codes[: len(neg_texts)].astype(np.int64)
     pair_src = np.repeat(source_codes, n_neg)
     pos_src = np.repeat(source_codes, n_pos)
-    pos_d = text_codes[len(neg_texts) :]
     source_rows = {
         name: np.unique(np.concatenate([pair_d[pair_src == i], pos_d[pos_src == i]]))
         for i, name in enumerate(source_names)
     }
 
-    mats = token_matrices(query_texts, texts, tokenizer)
+    mats = token_matrices(queries.texts, passages.texts, tokenizer)
     external = None
     if external_texts is not None:
         external = _incidence(external_texts, tokenizer, mats.vocab, "tokenise IDF corpus")
-    per_source = rule(IdfContext(mats, source_rows, external))
-    psi = np.full(len(pair_q), np.nan)
-    for i, name in enumerate(source_names):
-        df, n_docs = per_source[name]
-        mask = pair_src == i
-        if mask.any():
-            psi[mask] = residuality(mats.queries, mats.docs, pair_q[mask], pair_d[mask], idf(df, n_docs))
-    return pd.DataFrame(
+    per_source = rule(IdfContext(mats, source_rows, external, passage_identity(passages.texts)))
+    psi = pair_residuality(mats, pair_q, pair_d, pair_src, [per_source[name] for name in source_names])
+    frame = pd.DataFrame(
         {
             "source": np.repeat(np.asarray([r.source for r in records], dtype=object), n_neg),
             "qid": np.repeat(np.asarray([r.qid for r in records], dtype=object), n_neg),
             "neg_index": np.arange(len(pair_q)) - np.repeat(np.cumsum(n_neg) - n_neg, n_neg),
-            "neg_id": [n.id for r in records for n in r.negatives],
+            "neg_id": np.asarray(list(map(attrgetter("id"), neg_distinct)), dtype=object)[neg_codes],
             "psi": psi,
         }
     )
+    if texts is not None:
+        frame["query_id"] = texts.ids(queries.texts)[pair_q]
+        frame["text_id"] = texts.ids(passages.texts)[pair_d]
+    return frame
+
+
+def pair_residuality(
+    mats: TokenMatrices,
+    pair_q: np.ndarray,
+    pair_d: np.ndarray,
+    pair_src: np.ndarray,
+    corpora: Sequence[tuple[np.ndarray, int]],
+) -> np.ndarray:
+    """ψ per pair (query row, doc row) of source ``pair_src`` under that source's IDF corpus
+    ``corpora[source]`` = (df, N). Sources sharing one corpus (the same df array and N, as every
+    source under the pooled corpus) are scored together, each distinct (query, doc) pair once; ψ
+    of a pair depends only on the pair and the IDF, so the values equal those of scoring every pair."""
+    psi = np.full(len(pair_q), np.nan)
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, (df, n_docs) in enumerate(corpora):
+        groups.setdefault((id(df), int(n_docs)), []).append(i)
+    n_docs_rows = max(mats.docs.shape[0], 1)
+    pair_keys = np.asarray(pair_q, dtype=np.int64) * n_docs_rows + np.asarray(pair_d, dtype=np.int64)
+    for members in groups.values():
+        df, n_docs = corpora[members[0]]
+        mask = np.isin(pair_src, members) if len(members) < len(corpora) else None
+        keys, inverse = np.unique(pair_keys if mask is None else pair_keys[mask], return_inverse=True)
+        if not len(keys):
+            continue
+        values = residuality(mats.queries, mats.docs, keys // n_docs_rows, keys % n_docs_rows, idf(df, n_docs))
+        if mask is None:
+            psi = values[inverse.reshape(-1)]
+        else:
+            psi[mask] = values[inverse.reshape(-1)]
+    return psi

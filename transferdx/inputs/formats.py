@@ -2,7 +2,10 @@
 
 Every reader validates its input and returns a :class:`~transferdx.inputs.records.LoadResult`; errors
 name file, line (or JSON path) and field. ``on_error='skip'`` turns each problem into a counted
-exclusion instead.
+exclusion instead, so that every input item (a line, a run's judged query) is in a record or in the
+exclusion log. Text is decoded line by line (a bad byte or a truncated ``.gz`` is a located problem
+of its line; a BOM is dropped). Lookup tables (collection, queries, topics, qrels, a run's JSON) are
+located errors under either policy: a record cannot be built from a broken reference.
 
 Formats (``LOADERS``):
 - ``records``: the package's JSONL record format (a file or a folder of ``*.jsonl``).
@@ -21,10 +24,8 @@ Formats (``LOADERS``):
 
 from __future__ import annotations
 
-import csv
 import json
 import re
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,15 +38,16 @@ from transferdx.inputs.records import (
     LoadResult,
     Passage,
     RecordBuilder,
+    check_unicode,
     iter_jsonl,
+    iter_lines,
     negative_columns,
-    open_text,
+    parse_json,
     parse_json_line,
     read_records,
+    read_text,
     text_id,
 )
-
-csv.field_size_limit(sys.maxsize)
 
 _SLICE = re.compile(r"^\[\s*(\d*)\s*:\s*(\d*)\s*\]$")
 
@@ -91,30 +93,51 @@ def require_path(path: str | Path, what: str = "file") -> Path:
 # ---------------------------------------------------------------------------------------------
 
 
-def _ntuple_rows(path: Path, builder: RecordBuilder, header: bool | None) -> Iterator[tuple[int, dict]]:
-    """Yield (line, {query, positive, negative_1.., [qid]}) from a TSV or JSONL n-tuple table."""
-    if path.suffix in (".jsonl", ".json"):
-        for lineno, line in iter_jsonl(path):
-            obj = parse_json_line(builder, lineno, line)
-            if obj is not None:
-                yield lineno, obj
+def _ntuple_rows(
+    path: Path, builder: RecordBuilder, header: bool | None, fields: int | None = None
+) -> Iterator[tuple[int, dict | None]]:
+    """Yield (line, {query, positive, negative_1.., [qid]}) from a TSV or JSONL n-tuple table;
+    (line, None) for a line that failed (already logged under ``skip``).
+
+    The number of tab-separated fields comes from the format, never from the data's first row:
+    ``fields`` when the format fixes it (MS MARCO triples: 3), else the header's columns, else each
+    row on its own (``query, positive, negative_1..n``, n ≥ 1). A row with another count is a
+    located problem of that row."""
+    if path.suffix in (".jsonl", ".json") or path.name.lower().endswith((".jsonl.gz", ".json.gz")):
+        for lineno, line in iter_jsonl(path, builder):
+            yield lineno, parse_json_line(builder, lineno, line)
         return
-    with open_text(path) as handle:
-        reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
-        columns: list[str] | None = None
-        for lineno, row in enumerate(reader, start=1):
-            if not row or all(not c.strip() for c in row):
+    columns: list[str] | None = None
+    first = True
+    for lineno, line in iter_lines(path, builder):
+        if not line.strip():
+            continue
+        row = line.split("\t")
+        if first:
+            first = False
+            if header and builder.unreadable:  # skip: the header line itself was unreadable
+                raise InputError(path, lineno, "<columns>", "the header row cannot be read (see the line before)")
+            looks_like_header = row[:2] == ["query", "positive"] or row[0] == "qid"
+            if header or (header is None and looks_like_header):
+                columns = row
                 continue
-            if columns is None:
-                looks_like_header = row[:2] == ["query", "positive"] or (row and row[0] == "qid")
-                if header or (header is None and looks_like_header):
-                    columns = row
-                    continue
-                columns = ["query", "positive"] + [f"negative_{i}" for i in range(1, len(row) - 1)]
-            if len(row) != len(columns):
-                builder.fail(lineno, "<line>", f"expected {len(columns)} tab-separated fields, got {len(row)}")
+        if columns is not None:
+            names, what = columns, "the header's columns"
+        elif fields is not None:
+            names = ["query", "positive"] + [f"negative_{i}" for i in range(1, fields - 1)]
+            what = ", ".join(("query", "positive", "negative") if fields == 3 else names)
+        else:
+            names = ["query", "positive"] + [f"negative_{i}" for i in range(1, len(row) - 1)]
+            what = "query, positive, negative_1.."
+            if len(row) < 3:
+                builder.fail(lineno, "<line>", f"expected at least 3 tab-separated fields ({what}), got {len(row)}")
+                yield lineno, None
                 continue
-            yield lineno, dict(zip(columns, row, strict=True))
+        if len(row) != len(names):
+            builder.fail(lineno, "<line>", f"expected {len(names)} tab-separated fields ({what}), got {len(row)}")
+            yield lineno, None
+            continue
+        yield lineno, dict(zip(names, row, strict=True))
 
 
 def load_ntuple(
@@ -125,17 +148,28 @@ def load_ntuple(
     group_by_query: bool = False,
     method: str | None = None,
     kind: str = "genuine",
+    fields: int | None = None,
     **_: Any,
 ) -> LoadResult:
     """Read ``query, positive, negative_1..K`` rows; each row is a record unless ``group_by_query``.
 
-    With ``group_by_query`` rows sharing a query text are merged in file order (positives and
-    negatives deduplicated by text), as MS MARCO triples list one negative per line.
+    With ``group_by_query`` rows sharing a query text are merged in file order (positives
+    deduplicated by text; negatives in line order), as MS MARCO triples list one negative per line.
+    An exact repeat of an earlier line is a counted exclusion (unit ``line``, "duplicate line of
+    line N"); a negative repeated within a record is kept and counted in the descriptor
+    (``duplicate_negatives_kept``; the audit flags it as a ``duplicate_negative`` suspect). Every
+    non-blank line is accounted for in the descriptor's ``lines`` (read = in_records + excluded).
     """
     path = require_path(path)
-    builder = RecordBuilder(path, on_error)
+    builder = RecordBuilder(path, on_error, note_duplicates=True)
     groups: dict[str, dict[str, Any]] = {}
-    for lineno, obj in _ntuple_rows(path, builder, header):
+    first_line: dict[tuple[str, ...], int] = {}
+    n_read = excluded = 0
+    for lineno, obj in _ntuple_rows(path, builder, header, fields):
+        n_read += 1
+        if obj is None:
+            excluded += 1
+            continue
         try:
             query = builder.text_field(obj, "query")
             positive = builder.text_field(obj, "positive")
@@ -146,14 +180,30 @@ def load_ntuple(
             qid = builder.id_field(obj, "qid") if "qid" in obj else text_id(query)
         except FieldProblem as p:
             builder.fail(lineno, p.field, p.reason, source=source)
+            excluded += 1
             continue
+        if group_by_query:
+            same = (qid, query, positive, *negatives)
+            if same in first_line:
+                builder.exclude(
+                    lineno,
+                    "<line>",
+                    f"duplicate line of line {first_line[same]}",
+                    source=source,
+                    qid=qid,
+                    unit="line",
+                )
+                excluded += 1
+                continue
+            first_line[same] = lineno
         key = query if group_by_query else f"{lineno}"
-        group = groups.setdefault(key, {"line": lineno, "qid": qid, "query": query, "pos": {}, "neg": {}})
+        group = groups.setdefault(key, {"line": lineno, "qid": qid, "query": query, "pos": {}, "neg": [], "lines": []})
+        group["lines"].append(lineno)
         group["pos"].setdefault(positive, None)
-        for text in negatives:
-            group["neg"].setdefault(text, None)
+        group["neg"].extend(negatives)
+    in_records = 0
     for group in groups.values():
-        builder.add(
+        record = builder.add(
             group["line"],
             qid=group["qid"],
             query=group["query"],
@@ -162,20 +212,40 @@ def load_ntuple(
             source=source,
             kind=kind,
         )
+        if record is not None:
+            in_records += len(group["lines"])
+            continue
+        # the record is excluded (logged at its first line): so is every other line of it
+        reason = builder.result.exclusions[-1].reason
+        for lineno in group["lines"][1:]:
+            builder.exclude(
+                lineno,
+                "<line>",
+                f"line of the record excluded at line {group['line']} ({reason})",
+                source=source,
+                qid=group["qid"],
+                unit="line",
+            )
+        excluded += len(group["lines"])
+    n_read += builder.unreadable
+    excluded += builder.unreadable
     builder.result.describe(
         source,
         input=_input_descriptor("ntuple", path),
         mining_method=method or "not recorded (n-tuple table)",
         ranking_rule="column order negative_1..K" + (", rows grouped by query" if group_by_query else ""),
         reference_positive="the row's positive" + (" (first row of the query)" if group_by_query else ""),
+        lines={"read": n_read, "in_records": in_records, "excluded": excluded, "records": len(builder.result.records)},
     )
     return builder.result
 
 
 def load_msmarco_triples(path: str | Path, source: str = "msmarco_triples", **kw: Any) -> LoadResult:
-    """MS MARCO ``query<TAB>positive<TAB>negative`` text triples (no header), grouped by query."""
+    """MS MARCO ``query<TAB>positive<TAB>negative`` text triples (no header, always 3 fields),
+    grouped by query."""
     kw.setdefault("header", False)
     kw.setdefault("group_by_query", True)
+    kw.setdefault("fields", 3)
     return load_ntuple(path, source=source, **kw)
 
 
@@ -197,8 +267,10 @@ def load_flagembedding(
     """``{"query": str, "pos": [str, ...], "neg": [str, ...]}`` per line; negatives sliced."""
     path = require_path(path)
     window = parse_slice(slice_spec, k)
-    builder = RecordBuilder(path, on_error)
-    for lineno, line in iter_jsonl(path):
+    builder = RecordBuilder(path, on_error, note_duplicates=True)
+    n_read = 0
+    for lineno, line in iter_jsonl(path, builder):
+        n_read += 1
         obj = parse_json_line(builder, lineno, line)
         if obj is None:
             continue
@@ -226,8 +298,15 @@ def load_flagembedding(
         ranking_rule="order of the neg list",
         slice=slice_text(window),
         reference_positive="pos[0]",
+        lines=_lines(n_read + builder.unreadable, builder),
     )
     return builder.result
+
+
+def _lines(n_read: int, builder: RecordBuilder) -> dict[str, int]:
+    """Accounting of a one-record-per-line input: every non-blank line is in a record or excluded."""
+    kept = len(builder.result.records)
+    return {"read": n_read, "in_records": kept, "excluded": n_read - kept, "records": kept}
 
 
 def _text_list(obj: dict, key: str) -> list[str]:
@@ -241,6 +320,7 @@ def _text_list(obj: dict, key: str) -> list[str]:
             raise FieldProblem(f"{key}[{i}]", f"expected a string, got {type(item).__name__}")
         if not item.strip():
             raise FieldProblem(f"{key}[{i}]", "empty string")
+        check_unicode(item, f"{key}[{i}]")
     return items
 
 
@@ -251,28 +331,32 @@ def _text_list(obj: dict, key: str) -> list[str]:
 
 def read_id_text_tsv(path: str | Path, what: str = "text") -> dict[str, str]:
     """``id<TAB>text`` per line (MS MARCO collection.tsv / queries.tsv). A lookup table, so any bad
-    line (field count, empty id or text, duplicate id) is a located error."""
+    line (field count, empty id or text, bad encoding, duplicate id) is a located error under
+    either error policy."""
+    return _id_text_lines(path, what)[0]
+
+
+def _id_text_lines(path: str | Path, what: str = "text") -> tuple[dict[str, str], dict[str, int]]:
+    """The table and the line of each id."""
     path = require_path(path)
     table: dict[str, str] = {}
-    with open_text(path) as handle:
-        for lineno, raw in enumerate(handle, start=1):
-            line = raw.rstrip("\r\n")
-            if not line.strip():
-                continue
-            parts = line.split("\t")
-            if len(parts) != 2:
-                raise InputError(
-                    path, lineno, "<line>", f"expected 2 tab-separated fields (id, {what}), got {len(parts)}"
-                )
-            pid, text = parts[0].strip(), parts[1]
-            if not pid:
-                raise InputError(path, lineno, "id", "empty id")
-            if not text.strip():
-                raise InputError(path, lineno, what, "empty string")
-            if pid in table:
-                raise InputError(path, lineno, "id", f"duplicate id {pid!r}")
-            table[pid] = text
-    return table
+    lines: dict[str, int] = {}
+    for lineno, line in iter_lines(path):
+        if not line.strip():
+            continue
+        parts = line.split("\t")
+        if len(parts) != 2:
+            raise InputError(path, lineno, "<line>", f"expected 2 tab-separated fields (id, {what}), got {len(parts)}")
+        pid, text = parts[0].strip(), parts[1]
+        if not pid:
+            raise InputError(path, lineno, "id", "empty id")
+        if not text.strip():
+            raise InputError(path, lineno, what, "empty string")
+        if pid in table:
+            raise InputError(path, lineno, "id", f"duplicate id {pid!r} (also line {lines[pid]})")
+        table[pid] = text
+        lines[pid] = lineno
+    return table, lines
 
 
 # ---------------------------------------------------------------------------------------------
@@ -300,57 +384,56 @@ def load_st_hard_negatives(
     passages = read_id_text_tsv(collection, what="text")
     query_text = read_id_text_tsv(queries, what="query")
     window = parse_slice(slice_spec, k)
-    builder = RecordBuilder(path, on_error)
+    builder = RecordBuilder(path, on_error, note_duplicates=True)
     wanted = None if systems is None else set(systems)
-    with open_text(path) as handle:
-        for lineno, raw in enumerate(handle, start=1):
-            if not raw.strip():
+    for lineno, line in iter_jsonl(path, builder):
+        obj = parse_json_line(builder, lineno, line)
+        if obj is None:
+            continue
+        try:
+            qid = builder.id_field(obj, "qid")
+            if qid not in query_text:
+                raise FieldProblem("qid", f"query {qid!r} is not in {Path(queries).name}")
+            pos_ids = _id_list(obj, "pos")
+            if "neg" not in obj or not isinstance(obj["neg"], dict):
+                raise FieldProblem("neg", "expected an object {system: [passage ids]}")
+            neg_lists = {str(s): _id_list(obj["neg"], s, prefix="neg.") for s in obj["neg"]}
+            if not neg_lists:
+                raise FieldProblem("neg", "empty object: no system lists negatives")
+            for pid in pos_ids + [p for ids in neg_lists.values() for p in ids]:
+                if pid not in passages:
+                    raise FieldProblem("pos/neg", f"passage id {pid!r} is not in {Path(collection).name}")
+        except FieldProblem as p:
+            builder.fail(lineno, p.field, p.reason)
+            continue
+        positives = [Passage(pid, passages[pid]) for pid in pos_ids]
+        pos_set = set(pos_ids)
+        for system in sorted(neg_lists):
+            if wanted is not None and system not in wanted:
                 continue
-            obj = parse_json_line(builder, lineno, raw.strip())
-            if obj is None:
-                continue
-            try:
-                qid = builder.id_field(obj, "qid")
-                if qid not in query_text:
-                    raise FieldProblem("qid", f"query {qid!r} is not in {Path(queries).name}")
-                pos_ids = _id_list(obj, "pos")
-                if "neg" not in obj or not isinstance(obj["neg"], dict):
-                    raise FieldProblem("neg", "expected an object {system: [passage ids]}")
-                neg_lists = {str(s): _id_list(obj["neg"], s, prefix="neg.") for s in obj["neg"]}
-                for pid in pos_ids + [p for ids in neg_lists.values() for p in ids]:
-                    if pid not in passages:
-                        raise FieldProblem("pos/neg", f"passage id {pid!r} is not in {Path(collection).name}")
-            except FieldProblem as p:
-                builder.fail(lineno, p.field, p.reason)
-                continue
-            positives = [Passage(pid, passages[pid]) for pid in pos_ids]
-            pos_set = set(pos_ids)
-            for system in sorted(neg_lists):
-                if wanted is not None and system not in wanted:
+            kept = []
+            for rank, pid in enumerate(neg_lists[system], start=1):
+                if pid in pos_set:
+                    builder.exclude(
+                        lineno,
+                        "neg",
+                        "negative id is also a positive",
+                        source=system,
+                        qid=qid,
+                        unit="negative",
+                        item=pid,
+                    )
                     continue
-                kept = []
-                for rank, pid in enumerate(neg_lists[system], start=1):
-                    if pid in pos_set:
-                        builder.exclude(
-                            lineno,
-                            "neg",
-                            "negative id is also a positive",
-                            source=system,
-                            qid=qid,
-                            unit="negative",
-                            item=pid,
-                        )
-                        continue
-                    kept.append(Passage(pid, passages[pid], system, rank=rank))
-                builder.add(
-                    lineno,
-                    qid=qid,
-                    query=query_text[qid],
-                    positives=positives,
-                    negatives=kept[window],
-                    source=system,
-                    kind=kind,
-                )
+                kept.append(Passage(pid, passages[pid], system, rank=rank))
+            builder.add(
+                lineno,
+                qid=qid,
+                query=query_text[qid],
+                positives=positives,
+                negatives=kept[window],
+                source=system,
+                kind=kind,
+            )
     return builder.result
 
 
@@ -364,6 +447,8 @@ def _id_list(obj: dict, key: str, prefix: str = "") -> list[str]:
     for i, item in enumerate(items):
         if isinstance(item, bool) or not isinstance(item, (str, int)):
             raise FieldProblem(f"{prefix}{key}[{i}]", f"expected an id, got {type(item).__name__}")
+        if isinstance(item, str):
+            check_unicode(item, f"{prefix}{key}[{i}]")
         out.append(str(item))
     return out
 
@@ -380,31 +465,41 @@ def read_topics(path: str | Path) -> dict[str, str]:
 
 def read_qrels(path: str | Path) -> dict[str, dict[str, int]]:
     """TREC qrels ``qid Q0 pid grade`` (whitespace-separated) → {qid: {pid: grade}}."""
+    return _qrels_lines(path)[0]
+
+
+def _qrels_lines(path: str | Path) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
+    """The judgments and the first line of each judged query. A lookup table: any bad line is a
+    located error under either error policy."""
     path = require_path(path)
     qrels: dict[str, dict[str, int]] = {}
-    with open(path, encoding="utf-8") as handle:
-        for lineno, raw in enumerate(handle, start=1):
-            parts = raw.split()
-            if not parts:
-                continue
-            if len(parts) != 4:
-                raise InputError(path, lineno, "<line>", f"expected 4 fields 'qid Q0 pid grade', got {len(parts)}")
-            qid, _, pid, grade = parts
-            try:
-                value = int(grade)
-            except ValueError:
-                raise InputError(path, lineno, "grade", f"expected an integer, got {grade!r}") from None
-            qrels.setdefault(qid, {})[pid] = value
-    return qrels
+    first: dict[str, int] = {}
+    for lineno, raw in iter_lines(path):
+        parts = raw.split()
+        if not parts:
+            continue
+        if len(parts) != 4:
+            raise InputError(path, lineno, "<line>", f"expected 4 fields 'qid Q0 pid grade', got {len(parts)}")
+        qid, _, pid, grade = parts
+        try:
+            value = int(grade)
+        except ValueError:
+            raise InputError(path, lineno, "grade", f"expected an integer, got {grade!r}") from None
+        qrels.setdefault(qid, {})[pid] = value
+        first.setdefault(qid, lineno)
+    return qrels, first
 
 
 def read_retrieve_results(path: str | Path) -> dict[str, tuple[str, list[tuple[str, int, str]]]]:
-    """rank_llm ``retrieve_results`` JSON → {qid: (query, [(docid, rank, content), ...] in rank order)}."""
+    """rank_llm ``retrieve_results`` JSON → {qid: (query, [(docid, rank, content), ...] in rank order)}.
+    One JSON document: any problem in it is a located error (JSON path) under either error policy."""
     path = require_path(path)
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = parse_json(read_text(path))  # the fields read below reject lone surrogates
     except json.JSONDecodeError as exc:
         raise InputError(path, exc.lineno, "<json>", f"malformed JSON ({exc.msg})") from None
+    except ValueError as exc:
+        raise InputError(path, None, "<json>", f"malformed JSON ({exc})") from None
     if not isinstance(data, list):
         raise InputError(path, None, "<root>", f"expected a list of queries, got {type(data).__name__}")
     out: dict[str, tuple[str, list[tuple[str, int, str]]]] = {}
@@ -440,12 +535,27 @@ def read_retrieve_results(path: str | Path) -> dict[str, tuple[str, list[tuple[s
             raise InputError(path, where, p.field, p.reason) from None
         if qid is None:
             continue  # a query with no hits contributes nothing to this run
+        if qid in out:
+            raise InputError(path, where, "hits[0].qid", f"query {qid!r} has a second entry in this run")
         rows.sort(key=lambda r: r[1])
         out[qid] = (query, rows)
     return out
 
 
 LABELS = ("all", "single")
+
+
+def is_numeric_id(pid: str) -> bool:
+    """An id of ASCII digits only (``"²"`` is a digit to ``str.isdigit`` but not an integer)."""
+    return pid.isascii() and pid.isdigit()
+
+
+def order_by_grade(ids: Sequence[str], grades: dict[str, int]) -> list[str]:
+    """Passage ids by grade (descending), then id: numerically when every id is an integer (MS MARCO
+    passage ids are), otherwise as strings (design §3, identity of passages)."""
+    if all(is_numeric_id(p) for p in ids):
+        return sorted(ids, key=lambda p: (-grades[p], int(p), p))
+    return sorted(ids, key=lambda p: (-grades[p], p))
 
 
 def load_trec_dl(
@@ -470,38 +580,54 @@ def load_trec_dl(
     ``fn_evaluation`` scores the suspicion rule against, design §3.9).
 
     Positives of a query = passages judged ≥ ``relevant_grade`` whose text appears in some run,
-    ordered by grade (desc) then passage id (asc); p0 is the first. Relevant passages whose text
-    appears in no run are logged as positive exclusions. Negatives of source S = S's candidates in
-    rank order minus every passage judged ≥ ``relevant_grade``, then ``slice_spec`` (default
-    ``[0:k]``); each keeps its judgment (0, 1, or None when unjudged) and its rank. One record per
-    judged query; a query left with no negatives is a counted exclusion.
+    ordered by grade (desc) then passage id (numerically when all ids are integers, see
+    :func:`order_by_grade`); p0 is the first. Relevant passages whose text appears in no run are
+    logged as positive exclusions. A passage id has one text, the first seen over the runs (runs in
+    name order, hits in rank order); other texts of the same id (whitespace variants) are merged
+    into it and counted in the descriptor (``passage_text_variants``). Negatives of source S = S's
+    candidates in rank order minus every passage judged ≥ ``relevant_grade``, then ``slice_spec``
+    (default ``[0:k]``); each keeps its judgment (0, 1, or None when unjudged) and its rank. One
+    record per judged query; a query left with no negatives is a counted exclusion, and so is a
+    judged query missing from the topics file, or a topic without judgments (unit ``query``, once
+    for all runs).
     """
-    topic_text, judgments, results, texts, run_dir = _trec_dl_parts(root, runs, topics, qrels, results_name)
+    parts = _trec_dl_parts(root, runs, topics, qrels, results_name)
+    topic_text, judgments, results, texts = parts.topics, parts.qrels, parts.results, parts.texts
+    run_dir = parts.run_dir
     names = sorted(results)
     if labels not in LABELS:
         raise ValueError(f"labels must be one of {LABELS}, got {labels!r}")
     window = parse_slice(slice_spec, k)
     result = LoadResult(relevant_grade=relevant_grade)
+    root = Path(root)
     judged = [q for q in sorted(judgments, key=_qid_key) if q in topic_text]
+    queries = RecordBuilder(root / qrels, on_error, label=qrels)
+    for qid in sorted(set(judgments) - set(topic_text), key=_qid_key):
+        queries.exclude(
+            parts.qrels_line[qid], "qid", f"judged query missing from the topics file {topics}", qid=qid, unit="query"
+        )
+    unjudged = RecordBuilder(root / topics, on_error, label=topics)
+    for qid in sorted(set(topic_text) - set(judgments), key=_qid_key):
+        unjudged.exclude(parts.topic_line[qid], "qid", f"topic has no judgments in {qrels}", qid=qid, unit="query")
+    for qid in judged:
+        grades = judgments[qid]
+        for pid in order_by_grade([p for p, g in grades.items() if g >= relevant_grade and p not in texts], grades):
+            queries.exclude(
+                parts.qrels_line[qid],
+                "positives",
+                "relevant passage text unknown (in no run)",
+                qid=qid,
+                unit="positive",
+                item=pid,
+            )
+    result.extend(queries.result).extend(unjudged.result)
     for name in names:
-        builder = RecordBuilder(run_dir / name / results_name, on_error)
+        label = f"runs/{name}/{results_name}"
+        builder = RecordBuilder(run_dir / name / results_name, on_error, label=label, note_duplicates=True)
         for qid in judged:
             grades = judgments[qid]
-            relevant = sorted((p for p, g in grades.items() if g >= relevant_grade), key=lambda p: (-grades[p], p))
-            positives = []
-            for pid in relevant:
-                if pid in texts:
-                    positives.append(Passage(pid, texts[pid], judgment=grades[pid]))
-                elif name == names[0]:  # log once, not once per run
-                    builder.exclude(
-                        None,
-                        "positives",
-                        "relevant passage text unknown (in no run)",
-                        source="",
-                        qid=qid,
-                        unit="positive",
-                        item=pid,
-                    )
+            relevant = [p for p, g in grades.items() if g >= relevant_grade and p in texts]
+            positives = [Passage(pid, texts[pid], judgment=grades[pid]) for pid in order_by_grade(relevant, grades)]
             if not positives:
                 builder.exclude(None, "positives", "no relevant passage with known text", source=name, qid=qid)
                 continue
@@ -512,8 +638,8 @@ def load_trec_dl(
             if labels == "single":
                 positives = positives[:1]
             candidates = [
-                Passage(docid, content, name, rank=rank, judgment=grades.get(docid))
-                for docid, rank, content in hits
+                Passage(docid, texts[docid], name, rank=rank, judgment=grades.get(docid))
+                for docid, rank, _content in hits
                 if (docid != positives[0].id if labels == "single" else grades.get(docid, -1) < relevant_grade)
             ]
             # the single-label situation: only p0 is known, so other relevant passages stay in
@@ -543,20 +669,41 @@ def load_trec_dl(
                 else f"run rank, every passage judged >= {relevant_grade} removed"
             ),
             slice=slice_text(window),
-            reference_positive=f"judged >= {relevant_grade}, grade desc then passage id asc; p0 first",
+            reference_positive=(
+                f"judged >= {relevant_grade}, grade desc then passage id asc (numeric when all ids are integers); "
+                "p0 first"
+            ),
             labels=labels,
             judgments=qrels,
+            passage_text_variants={
+                "ids": parts.variants[name],
+                "ids_all_runs": parts.n_variants,
+                "whitespace_only": parts.n_variants == parts.n_whitespace,
+                "rule": "one text per passage id: the first seen over the runs (name order, hits in rank order)",
+            },
         )
     return result
 
 
-def _trec_dl_parts(
-    root: str | Path, runs: list[str] | None, topics: str, qrels: str, results_name: str
-) -> tuple[dict[str, str], dict[str, dict[str, int]], dict[str, Any], dict[str, str], Path]:
+@dataclass(frozen=True)
+class _TrecDl:
+    topics: dict[str, str]
+    topic_line: dict[str, int]
+    qrels: dict[str, dict[str, int]]
+    qrels_line: dict[str, int]
+    results: dict[str, Any]
+    texts: dict[str, str]  # passage id → its one text (first seen over the runs)
+    variants: dict[str, int]  # run → how many of its passage ids came with another text
+    n_variants: int  # passage ids with more than one text over all runs
+    n_whitespace: int  # ... of which every text differs from the kept one only in whitespace
+    run_dir: Path
+
+
+def _trec_dl_parts(root: str | Path, runs: list[str] | None, topics: str, qrels: str, results_name: str) -> _TrecDl:
     """Topics, qrels, every run's results, passage texts (first seen over runs), and the runs folder."""
     root = require_path(root, "folder")
-    topic_text = read_topics(root / topics)
-    judgments = read_qrels(root / qrels)
+    topic_text, topic_line = _id_text_lines(root / topics, what="query")
+    judgments, qrels_line = _qrels_lines(root / qrels)
     run_dir = require_path(root / "runs", "folder")
     names = sorted(p.name for p in run_dir.iterdir() if (p / results_name).is_file())
     if runs is not None:
@@ -568,11 +715,30 @@ def _trec_dl_parts(
         raise InputError(run_dir, None, "runs", f"no run folders with {results_name}")
     results = {name: read_retrieve_results(run_dir / name / results_name) for name in names}
     texts: dict[str, str] = {}
+    per_run: dict[str, set[str]] = {name: set() for name in names}
+    other_texts: dict[str, set[str]] = {}
     for name in names:
         for _query, hits in results[name].values():
             for docid, _rank, content in hits:
-                texts.setdefault(docid, content)
-    return topic_text, judgments, results, texts, run_dir
+                kept = texts.setdefault(docid, content)
+                if content != kept:
+                    per_run[name].add(docid)
+                    other_texts.setdefault(docid, set()).add(content)
+    whitespace = sum(
+        all(" ".join(t.split()) == " ".join(texts[d].split()) for t in others) for d, others in other_texts.items()
+    )
+    return _TrecDl(
+        topic_text,
+        topic_line,
+        judgments,
+        qrels_line,
+        results,
+        texts,
+        {name: len(ids) for name, ids in per_run.items()},
+        len(other_texts),
+        whitespace,
+        run_dir,
+    )
 
 
 def load_trec_dl_query_set(
@@ -584,15 +750,15 @@ def load_trec_dl_query_set(
     results_name: str = "retrieve_results_dl19.json",
 ) -> QuerySet:
     """The TREC-DL layout as a query set for miners: judged queries, positives = judged ≥
-    ``relevant_grade`` with known text (grade desc, then id), pool = every passage in any run, and
-    the graded judgments (deep: a mined negative judged ≥ ``relevant_grade`` is a verified false
-    negative)."""
-    topic_text, judgments, _results, texts, _ = _trec_dl_parts(root, runs, topics, qrels, results_name)
+    ``relevant_grade`` with known text (grade desc, then id: :func:`order_by_grade`), pool = every
+    passage in any run (one text per id), and the graded judgments (deep: a mined negative judged ≥
+    ``relevant_grade`` is a verified false negative)."""
+    parts = _trec_dl_parts(root, runs, topics, qrels, results_name)
+    topic_text, judgments, texts = parts.topics, parts.qrels, parts.texts
     queries, positives = {}, {}
     for qid in sorted(judgments, key=_qid_key):
         grades = judgments[qid]
-        rel = [p for p, g in grades.items() if g >= relevant_grade and p in texts]
-        rel.sort(key=lambda p: (-grades[p], p))
+        rel = order_by_grade([p for p, g in grades.items() if g >= relevant_grade and p in texts], grades)
         if qid in topic_text and rel:
             queries[qid], positives[qid] = topic_text[qid], rel
     pool = {pid: texts[pid] for pid in sorted(texts, key=_qid_key)}
@@ -600,7 +766,7 @@ def load_trec_dl_query_set(
 
 
 def _qid_key(qid: str) -> tuple[int, int | str]:
-    return (0, int(qid)) if qid.isdigit() else (1, qid)
+    return (0, int(qid)) if is_numeric_id(qid) else (1, qid)
 
 
 # ---------------------------------------------------------------------------------------------

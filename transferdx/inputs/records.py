@@ -5,6 +5,12 @@ source. Every loader produces records through :class:`RecordBuilder`, which vali
 applies the error policy: ``raise`` stops at the first problem with a :class:`InputError` naming the
 file, line and field; ``skip`` records an :class:`Exclusion` (file, line, field, reason) and goes on.
 Nothing is dropped silently: every input record ends up in the output or in the exclusion log.
+
+Text files are read one line at a time as bytes (:func:`iter_lines`, gunzipped when the name ends in
+``.gz``) and each line is decoded on its own, so an invalid UTF-8 byte is a located problem of that
+line (field ``<encoding>``), a truncated gzip stream one of the line where it ends, and a UTF-8 BOM
+is dropped. Exclusions name their file relative to the input's root (:func:`artifact_name`), so the
+same data gives the same exclusion log wherever it lives; errors keep the path as given.
 """
 
 from __future__ import annotations
@@ -12,7 +18,9 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import math
 import re
+import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,6 +29,8 @@ from typing import Any
 import numpy as np
 
 from transferdx.artifacts import atomic_write_text, canonical_json, file_hash, safe_join
+from transferdx.diagnostics.suspicion import passage_key
+from transferdx.inputs.texts import intern_passages, intern_text
 
 POLICIES = ("raise", "skip")
 KINDS = ("genuine", "control")
@@ -46,7 +56,9 @@ class Exclusion:
     line: str
     source: str
     qid: str
-    unit: str  # "record", "negative" or "positive"
+    # "record", "negative", "positive", "line" (an input line left out, e.g. a duplicate line of a
+    # triples file) or "query" (a judged query, for every source at once)
+    unit: str
     item: str  # passage id for negative/positive units, "" for records
     field: str
     reason: str
@@ -97,6 +109,25 @@ def text_id(text: str) -> str:
     return "t" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]
 
 
+# Descriptor notes that count kept items worth knowing about; summed when results are merged.
+DUPLICATE_NEGATIVES_KEPT = "duplicate_negatives_kept"
+ADDITIVE_NOTES = (DUPLICATE_NEGATIVES_KEPT,)
+
+
+def artifact_name(file: str | Path, root: str | Path | None = None) -> str:
+    """How an input file is named in artifacts (the exclusion log): relative to the input's root
+    (``root``, a folder the user gave), else its file name; ``<...>`` origins stay as they are."""
+    text = str(file)
+    if text.startswith("<"):
+        return text
+    if root is not None:
+        try:
+            return Path(file).relative_to(root).as_posix()
+        except ValueError:
+            pass
+    return Path(text).name
+
+
 @dataclass
 class LoadResult:
     """Records and exclusions from one or more inputs."""
@@ -119,12 +150,20 @@ class LoadResult:
         for source, rows in other.false_negatives.items():
             self.false_negatives.setdefault(source, []).extend(rows)
         for source, desc in other.descriptors.items():
-            self.descriptors.setdefault(source, {}).update(desc)
+            mine = self.descriptors.setdefault(source, {})
+            added = {k: mine[k] + desc[k] for k in ADDITIVE_NOTES if k in mine and k in desc}
+            mine.update(desc, **added)
         return self
 
     def describe(self, source: str, **fields: Any) -> None:
         """Record how ``source``'s negatives were made (merged into its descriptor)."""
         self.descriptors.setdefault(source, {}).update(fields)
+
+    def note(self, source: str, key: str, n: int) -> None:
+        """Add ``n`` to a counted note of ``source``'s descriptor (e.g. duplicate negatives kept)."""
+        if n:
+            desc = self.descriptors.setdefault(source, {})
+            desc[key] = desc.get(key, 0) + n
 
     @property
     def sources(self) -> list[str]:
@@ -134,15 +173,29 @@ class LoadResult:
 class RecordBuilder:
     """Validates fields and applies the error policy for one input file."""
 
-    def __init__(self, file: str | Path, on_error: str = "raise", seen: set[tuple[str, str]] | None = None):
+    def __init__(
+        self,
+        file: str | Path,
+        on_error: str = "raise",
+        seen: set[tuple[str, str]] | None = None,
+        *,
+        label: str | None = None,
+        note_duplicates: bool = False,
+    ):
         if on_error not in POLICIES:
             raise ValueError(f"on_error must be one of {POLICIES}, got {on_error!r}")
-        self.file = str(file)
+        self.file = str(file)  # as given: located errors name it
+        self.label = artifact_name(file) if label is None else label  # the exclusion log names this
         self.on_error = on_error
         self.result = LoadResult()
         # (source, qid) pairs already kept; shared between the files of one input so that a query
         # appears at most once per source.
         self.seen: set[tuple[str, str]] = set() if seen is None else seen
+        # input readers count negatives repeated within a kept record (kept: the audit flags them
+        # as duplicate_negative suspects) in the source's descriptor, DUPLICATE_NEGATIVES_KEPT
+        self.note_duplicates = note_duplicates
+        # lines that could not be read at all (bad encoding, truncated gzip), each a counted exclusion
+        self.unreadable = 0
 
     # -- policy ---------------------------------------------------------------------------------
     def fail(
@@ -174,7 +227,7 @@ class RecordBuilder:
     ) -> None:
         """Always-counted exclusion that is legitimate data, not an input error (e.g. K = 0 in a run)."""
         self.result.exclusions.append(
-            Exclusion(self.file, "" if line is None else str(line), source, qid, unit, item, field, reason)
+            Exclusion(self.label, "" if line is None else str(line), source, qid, unit, item, field, reason)
         )
 
     # -- validation helpers ---------------------------------------------------------------------
@@ -188,6 +241,7 @@ class RecordBuilder:
             raise FieldProblem(key, f"expected a string, got {type(value).__name__}")
         if not value.strip():
             raise FieldProblem(key, "empty string")
+        check_unicode(value, key)
         return value
 
     @staticmethod
@@ -200,6 +254,7 @@ class RecordBuilder:
         value = str(value)
         if not value.strip():
             raise FieldProblem(key, "empty id")
+        check_unicode(value, key)
         return value
 
     # -- assembly -------------------------------------------------------------------------------
@@ -248,9 +303,20 @@ class RecordBuilder:
             else:
                 self.exclude(line, "negatives", empty_reason, source=source, qid=qid)
             return None
-        record = Record(qid, query, positives, tuple(kept), source, kind)
+        # one object per distinct text and passage, shared across records, files and sources
+        record = Record(
+            intern_text(qid),
+            intern_text(query),
+            intern_passages(positives),
+            intern_passages(kept),
+            intern_text(source),
+            kind,
+        )
         self.seen.add((source, qid))
         self.result.records.append(record)
+        if self.note_duplicates:
+            keys = [passage_key(n.id, n.text) for n in kept]
+            self.result.note(source, DUPLICATE_NEGATIVES_KEPT, len(keys) - len(set(keys)))
         return record
 
 
@@ -265,11 +331,152 @@ class FieldProblem(Exception):
 # ---------------------------------------------------------------------------------------------
 
 
-def open_text(path: Path) -> Any:
-    """A text file for reading as UTF-8, gunzipped when its name ends in ``.gz``."""
-    if path.name.lower().endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, encoding="utf-8", newline="")
+def is_gzip(path: str | Path) -> bool:
+    return str(path).lower().endswith(".gz")
+
+
+BOM = b"\xef\xbb\xbf"
+# what reading a truncated or corrupt gzip stream raises (BadGzipFile is an OSError)
+GZIP_ERRORS = (EOFError, OSError, zlib.error)
+
+
+def _undecodable(byte: int, column: int) -> str:
+    return f"not valid UTF-8: byte 0x{byte:02x} at byte {column} of the line"
+
+
+def _stream_error(exc: BaseException) -> str:
+    kind = "truncated" if isinstance(exc, EOFError) else "corrupt"
+    return f"{kind} gzip stream ({exc}); the rest of the file cannot be read"
+
+
+def iter_lines(path: str | Path, builder: RecordBuilder | None = None) -> Iterator[tuple[int, str]]:
+    """Yield (1-based line number, text without its line end) for every line of a text file.
+
+    Lines are split on ``\\n`` (a trailing ``\\r`` dropped) and decoded as UTF-8 one at a time, so
+    numbers match ``sed -n Np``; a BOM before line 1 is dropped; ``.gz`` names are gunzipped. A line
+    that is not valid UTF-8, or the point where a gzip stream breaks off, goes through
+    ``builder.fail`` (field ``<encoding>``: a located error under ``raise``, a counted exclusion
+    under ``skip``, also counted in ``builder.unreadable``); without a builder it raises
+    :class:`InputError`. Blank lines are yielded too (readers skip them).
+    """
+    path = Path(path)
+
+    def bad(lineno: int, reason: str) -> None:
+        if builder is None:
+            raise InputError(path, lineno, "<encoding>", reason)
+        builder.fail(lineno, "<encoding>", reason)
+        builder.unreadable += 1
+
+    lineno = 0
+    with gzip.open(path, "rb") if is_gzip(path) else open(path, "rb") as handle:
+        lines = iter(handle)
+        while True:
+            try:
+                raw = next(lines)
+            except StopIteration:
+                return
+            except GZIP_ERRORS as exc:
+                bad(lineno + 1, _stream_error(exc))
+                return
+            lineno += 1
+            if lineno == 1 and raw.startswith(BOM):
+                raw = raw[len(BOM) :]
+            if raw.endswith(b"\n"):
+                raw = raw[:-1]
+            if raw.endswith(b"\r"):
+                raw = raw[:-1]
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                bad(lineno, _undecodable(raw[exc.start], exc.start + 1))
+                continue
+            yield lineno, text
+
+
+def read_text(path: str | Path) -> str:
+    """A whole text file (a JSON document) as UTF-8, a BOM dropped, gunzipped for ``.gz``; a bad
+    byte or a broken gzip stream is an :class:`InputError` naming the line."""
+    path = Path(path)
+    try:
+        with gzip.open(path, "rb") if is_gzip(path) else open(path, "rb") as handle:
+            data = handle.read()
+    except GZIP_ERRORS as exc:
+        raise InputError(path, None, "<encoding>", _stream_error(exc)) from None
+    if data.startswith(BOM):
+        data = data[len(BOM) :]
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - data.rfind(b"\n", 0, exc.start)
+        raise InputError(path, line, "<encoding>", _undecodable(data[exc.start], column)) from None
+
+
+def check_unicode(value: str, where: str) -> None:
+    """A string from JSON may hold a lone surrogate (``"\\ud800"``), which is not text: no
+    UTF-8 encoding exists, so hashing or writing it would fail far from the input."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise FieldProblem(where, f"lone surrogate U+{ord(value[exc.start]):04X}: not valid Unicode text") from None
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def lone_surrogate(obj: Any, where: str = "") -> str | None:
+    """The JSON path (``negatives[0].text``) of the first string or key holding a lone surrogate."""
+    if isinstance(obj, str):
+        try:
+            obj.encode("utf-8")
+        except UnicodeEncodeError:
+            return where or "<line>"
+        return None
+    if isinstance(obj, list):
+        for i, item in enumerate(obj):
+            found = lone_surrogate(item, f"{where}[{i}]")
+            if found:
+                return found
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            inner = f"{where}.{key}" if where else str(key)
+            if lone_surrogate(key) is not None:
+                return f"{where}.<key>" if where else "<key>"
+            found = lone_surrogate(value, inner)
+            if found:
+                return found
+    return None
+
+
+def parse_json(text: str) -> Any:
+    """``json.loads`` whose every failure is a ``ValueError`` (JSONDecodeError, numbers past the
+    integer-digit limit, nesting past the recursion limit)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
+def surrogate_problem(obj: Any) -> FieldProblem | None:
+    """The located problem of a parsed JSON value holding a lone surrogate, if any."""
+    try:
+        where = lone_surrogate(obj)
+    except RecursionError:
+        return FieldProblem("<json>", "JSON nested too deeply")
+    return None if where is None else FieldProblem(where, "lone surrogate: not valid Unicode text")
+
+
+def loads_json(text: str) -> Any:
+    """:func:`parse_json`, and a string or key holding a lone surrogate a ``FieldProblem``."""
+    obj = parse_json(text)
+    if _SURROGATE_ESCAPE.search(text):
+        try:
+            where = lone_surrogate(obj)
+        except RecursionError:
+            raise ValueError("JSON nested too deeply") from None
+        if where is not None:
+            raise FieldProblem(where, "lone surrogate: not valid Unicode text")
+    return obj
 
 
 _NEGATIVE_COLUMN = re.compile(r"^negative_(\d+)$")
@@ -280,21 +487,26 @@ def negative_columns(names: Iterable[str]) -> list[str]:
     return sorted((c for c in names if _NEGATIVE_COLUMN.match(c)), key=lambda c: int(c.split("_")[1]))
 
 
-def iter_jsonl(path: Path) -> Iterator[tuple[int, str]]:
-    """Yield (1-based line number, stripped line) for non-blank lines."""
-    with open(path, encoding="utf-8") as handle:
-        for lineno, raw in enumerate(handle, start=1):
-            line = raw.strip()
-            if line:
-                yield lineno, line
+def iter_jsonl(path: Path, builder: RecordBuilder | None = None) -> Iterator[tuple[int, str]]:
+    """Yield (1-based line number, stripped line) for non-blank lines (see :func:`iter_lines`)."""
+    for lineno, raw in iter_lines(path, builder):
+        line = raw.strip()
+        if line:
+            yield lineno, line
 
 
 def parse_json_line(builder: RecordBuilder, lineno: int, line: str) -> dict[str, Any] | None:
     """Parse one JSONL line into an object, or fail with a located error."""
     try:
-        obj = json.loads(line)
+        obj = loads_json(line)
     except json.JSONDecodeError as exc:
         builder.fail(lineno, "<line>", f"malformed JSON ({exc.msg} at column {exc.colno})")
+        return None
+    except ValueError as exc:
+        builder.fail(lineno, "<line>", f"malformed JSON ({exc})")
+        return None
+    except FieldProblem as p:
+        builder.fail(lineno, p.field, p.reason)
         return None
     if not isinstance(obj, dict):
         builder.fail(lineno, "<line>", f"expected a JSON object, got {type(obj).__name__}")
@@ -306,6 +518,7 @@ def _passage(obj: Any, where: str, *, default_method: str | None = None) -> Pass
     if isinstance(obj, str):  # bare text
         if not obj.strip():
             raise FieldProblem(where, "empty string")
+        check_unicode(obj, where)
         return Passage(text_id(obj), obj, default_method)
     if not isinstance(obj, dict):
         raise FieldProblem(where, f"expected an object or a string, got {type(obj).__name__}")
@@ -324,9 +537,16 @@ def _passage(obj: Any, where: str, *, default_method: str | None = None) -> Pass
         if value is not None and not isinstance(value, str):
             raise FieldProblem(f"{where}.{key}", f"expected a string or null, got {type(value).__name__}")
     score = obj.get("score")
-    if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float))):
-        raise FieldProblem(f"{where}.score", f"expected a number or null, got {type(score).__name__}")
-    return Passage(pid, text, method, relation, rank, judgment, None if score is None else float(score))
+    if score is not None:
+        if isinstance(score, bool) or not isinstance(score, (int, float)):
+            raise FieldProblem(f"{where}.score", f"expected a number or null, got {type(score).__name__}")
+        try:
+            score = float(score)
+        except OverflowError:
+            score = math.inf
+        if not math.isfinite(score):
+            raise FieldProblem(f"{where}.score", "expected a finite number")
+    return Passage(pid, text, method, relation, rank, judgment, score)
 
 
 def _passage_list(obj: Mapping[str, Any], key: str, **kw: Any) -> list[Passage]:
@@ -375,8 +595,8 @@ def read_records(path: str | Path, on_error: str = "raise", source: str | None =
     result = LoadResult()
     seen: set[tuple[str, str]] = set()
     for file in files:
-        builder = RecordBuilder(file, on_error, seen)
-        for lineno, line in iter_jsonl(file):
+        builder = RecordBuilder(file, on_error, seen, note_duplicates=True)
+        for lineno, line in iter_jsonl(file, builder):
             obj = parse_json_line(builder, lineno, line)
             if obj is not None:
                 record_from_obj(builder, lineno, obj, default_source=source)
@@ -416,18 +636,29 @@ def write_source_folder(loaded: LoadResult, folder: str | Path) -> list[Path]:
     return written
 
 
+def _sidecar_json(path: Path) -> Any:
+    try:
+        return loads_json(read_text(path))
+    except json.JSONDecodeError as exc:
+        raise InputError(path, exc.lineno, "<json>", f"malformed JSON ({exc.msg})") from None
+    except ValueError as exc:
+        raise InputError(path, None, "<json>", f"malformed JSON ({exc})") from None
+    except FieldProblem as p:
+        raise InputError(path, None, p.field, p.reason) from None
+
+
 def read_sidecars(folder: Path, result: LoadResult) -> None:
     """Descriptors and false-negative counts written next to the records (plain JSON, validated)."""
     path = folder / SIDECARS["descriptors"]
     if path.is_file():
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = _sidecar_json(path)
         if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
             raise InputError(path, None, "<root>", "expected an object {source: {descriptor}}")
         for source, desc in data.items():
             result.describe(source, **desc)
     path = folder / SIDECARS["false_negatives"]
     if path.is_file():
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = _sidecar_json(path)
         if not isinstance(data, dict):
             raise InputError(path, None, "<root>", "expected an object {source: [[qid, n_relevant, n]]}")
         for source, rows in data.items():
@@ -463,5 +694,6 @@ def sample_queries(loaded: LoadResult, fraction: float, seed: int = 0) -> tuple[
         list(loaded.exclusions),
         {k: dict(v) for k, v in loaded.descriptors.items()},
         {s: [row for row in rows if row[0] in kept] for s, rows in loaded.false_negatives.items()},
+        loaded.relevant_grade,
     )
     return sample, len(loaded.records) - len(records)

@@ -27,17 +27,24 @@ digits of sha256(query) unless a ``qid`` column gives it; passage ids are ``text
 when present, stay on each passage (``Passage.score``) and are summarised in the source's descriptor
 (``mining_scores``). Bad values go through the ``on_error`` contract with file, line (row) and field:
 row r (0-based) of a CSV/TSV is line r + 2 (the header is line 1), of JSONL the file's line, of other
-tables r + 1.
+tables r + 1. CSV/TSV rows are read with Python's ``csv`` module over lines decoded one at a time
+(:func:`~transferdx.inputs.records.iter_lines`), so a row's line is its first physical line, a bad
+byte is a located problem of its line, and a row whose field count differs from the header's is a
+located problem of that row (never a reason to drop the rest of the file).
 """
 
 from __future__ import annotations
 
 import ast
+import csv
+import gzip
 import hashlib
 import io
 import json
 import math
+import sys
 import tokenize
+import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,18 +54,28 @@ import numpy as np
 
 from transferdx.artifacts import file_hash
 from transferdx.inputs.records import (
+    BOM,
     FieldProblem,
     InputError,
     LoadResult,
     Passage,
     RecordBuilder,
+    check_unicode,
+    is_gzip,
+    iter_jsonl,
+    iter_lines,
     negative_columns,
-    open_text,
+    parse_json,
+    parse_json_line,
     read_records,
     read_sidecars,
+    read_text,
     record_from_obj,
+    surrogate_problem,
     text_id,
 )
+
+csv.field_size_limit(sys.maxsize)
 
 TEXT_FORMS = {".jsonl": "jsonl", ".json": "json", ".csv": "csv", ".tsv": "tsv"}
 BINARY_FORMS = {".parquet": "parquet", ".arrow": "arrow"}
@@ -149,35 +166,88 @@ def _columns_of(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 
 def _read_json_lines(path: Path, builder: RecordBuilder) -> Table:
     rows, lines, bad = [], [], 0
-    with open_text(path) as handle:
-        for lineno, raw in enumerate(handle, start=1):
-            text = raw.strip()
-            if not text:
-                continue
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as exc:
-                builder.fail(lineno, "<line>", f"malformed JSON ({exc.msg} at column {exc.colno})")
-                bad += 1
-                continue
-            if not isinstance(obj, dict):
-                builder.fail(lineno, "<line>", f"expected a JSON object, got {type(obj).__name__}")
-                bad += 1
-                continue
-            rows.append(obj)
-            lines.append(lineno)
+    for lineno, text in iter_jsonl(path, builder):
+        obj = parse_json_line(builder, lineno, text)
+        if obj is None:
+            bad += 1
+            continue
+        rows.append(obj)
+        lines.append(lineno)
+    bad += builder.unreadable
     return Table(str(path), "jsonl", _columns_of(rows), rows, lines, n_unreadable=bad)
 
 
+def _read_delimited(path: Path, form: str, builder: RecordBuilder) -> Table:
+    """A CSV/TSV with a header row, read row by row: each row keeps its first physical line; a
+    row that cannot be read, or whose field count differs from the header's, is a located problem
+    (a counted exclusion under ``skip``)."""
+    consumed: list[int] = []  # physical line of each line handed to the csv reader
+
+    def physical() -> Iterator[str]:
+        for lineno, text in iter_lines(path, builder):
+            consumed.append(lineno)
+            yield text + "\n"
+
+    reader = csv.reader(physical(), delimiter="," if form == "csv" else "\t")
+    header: list[str] | None = None
+    rows: list[dict[str, Any]] = []
+    lines: list[int] = []
+    bad = 0
+    while True:
+        start = len(consumed)
+        try:
+            row = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as exc:
+            line = consumed[start] if start < len(consumed) else (consumed[-1] if consumed else 1)
+            builder.fail(line, "<line>", f"cannot read this {form.upper()} row ({exc})")
+            bad += 1
+            continue
+        line = consumed[start]
+        if not row or all(not c.strip() for c in row):
+            continue
+        if header is None:
+            if builder.unreadable:  # skip: an unreadable line stood where the header is
+                raise InputError(path, line, "<columns>", "the header row cannot be read (see the lines before)")
+            header = _unique_columns(row)
+            continue
+        if len(row) != len(header):
+            builder.fail(line, "<line>", f"expected {len(header)} fields (the header's), got {len(row)}")
+            bad += 1
+            continue
+        rows.append(dict(zip(header, row, strict=True)))
+        lines.append(line)
+    if header is None:
+        raise InputError(path, None, "<table>", f"cannot read {form.upper()}: no header row")
+    bad += builder.unreadable
+    return Table(str(path), form, header, rows, lines, True, n_unreadable=bad)
+
+
+def _unique_columns(names: list[str]) -> list[str]:
+    """Header names made unique as pandas does (``a``, ``a.1``, ...)."""
+    seen: dict[str, int] = {}
+    out = []
+    for name in names:
+        if name in seen:
+            seen[name] += 1
+            name = f"{name}.{seen[name]}"
+        seen.setdefault(name, 0)
+        out.append(name)
+    return out
+
+
 def _first_char(path: Path) -> str:
-    with open_text(path) as handle:
-        while True:
-            chunk = handle.read(256)
-            if not chunk:
-                return ""
-            stripped = chunk.lstrip()
-            if stripped:
-                return stripped[0]
+    """The first non-blank character (sniffing only: undecodable bytes read as U+FFFD)."""
+    try:
+        with gzip.open(path, "rb") if is_gzip(path) else open(path, "rb") as handle:
+            head = handle.read(4096)
+    except (EOFError, OSError, zlib.error):
+        return ""
+    if head.startswith(BOM):
+        head = head[len(BOM) :]
+    stripped = head.decode("utf-8", errors="replace").lstrip()
+    return stripped[0] if stripped else ""
 
 
 def read_table(path: Path, builder: RecordBuilder, split: str | None = None) -> Table:
@@ -190,30 +260,28 @@ def read_table(path: Path, builder: RecordBuilder, split: str | None = None) -> 
         table = _read_json_lines(path, builder)  # datasets' to_json writes JSON lines, also to *.json
     elif form == "json":
         try:
-            with open_text(path) as handle:
-                data = json.load(handle)
+            data = parse_json(read_text(path))
         except json.JSONDecodeError as exc:
             raise InputError(path, exc.lineno, "<json>", f"malformed JSON ({exc.msg})") from None
-        rows = [r for r in data if isinstance(r, dict)]
-        if len(rows) != len(data):
-            i = next(i for i, r in enumerate(data) if not isinstance(r, dict))
-            raise InputError(path, f"[{i}]", "<row>", f"expected a JSON object, got {type(data[i]).__name__}")
-        table = Table(str(path), "json", _columns_of(rows), rows, list(range(1, len(rows) + 1)))
+        except ValueError as exc:
+            raise InputError(path, None, "<json>", f"malformed JSON ({exc})") from None
+        if not isinstance(data, list):
+            raise InputError(path, None, "<root>", f"expected a list of objects, got {type(data).__name__}")
+        rows, lines, bad = [], [], 0
+        for i, row in enumerate(data):  # row i is "line" i + 1
+            problem = surrogate_problem(row)
+            if not isinstance(row, dict):
+                builder.fail(i + 1, "<row>", f"expected a JSON object, got {type(row).__name__}")
+            elif problem is not None:
+                builder.fail(i + 1, problem.field, problem.reason)
+            else:
+                rows.append(row)
+                lines.append(i + 1)
+                continue
+            bad += 1
+        table = Table(str(path), "json", _columns_of(rows), rows, lines, n_unreadable=bad)
     elif form in ("csv", "tsv"):
-        import pandas as pd
-
-        try:
-            frame = pd.read_csv(
-                path,
-                sep="," if form == "csv" else "\t",
-                dtype=str,
-                keep_default_na=False,
-                compression="gzip" if path.name.lower().endswith(".gz") else None,
-            )
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-            raise InputError(path, None, "<table>", f"cannot read {form.upper()}: {str(exc).strip()}") from None
-        rows = frame.to_dict("records")
-        table = Table(str(path), form, [str(c) for c in frame.columns], rows, [i + 2 for i in range(len(rows))], True)
+        table = _read_delimited(path, form, builder)
     elif form == "parquet":
         import pyarrow.parquet as pq
 
@@ -300,6 +368,7 @@ def _text_value(value: Any, where: str) -> str:
         raise FieldProblem(where, f"expected a string, got {type(value).__name__}")
     if not value.strip():
         raise FieldProblem(where, "empty string")
+    check_unicode(value, where)
     return value
 
 
@@ -702,6 +771,17 @@ def read_shaped(table: Table, builder: RecordBuilder, source: str) -> LoadResult
         )
         if record is None:
             excluded_rows += len(group.lines)
+            # the record is excluded (logged at its first row): so is every other row of it
+            reason = builder.result.exclusions[-1].reason
+            for line in group.lines[1:]:
+                builder.exclude(
+                    line,
+                    "<row>",
+                    f"row of the record excluded at line {group.line} ({reason})",
+                    source=source,
+                    qid=group.qid,
+                    unit="line",
+                )
         else:
             rows_in_records += len(group.lines)
     n_rows = len(table.rows) + table.n_unreadable
@@ -774,14 +854,14 @@ def mining_scores(records: Sequence[Any]) -> dict[str, Any] | None:
 def _looks_like_records_jsonl(path: Path) -> bool:
     """A plain ``.jsonl`` whose first parseable object has ``positives``/``negatives`` (or none
     parses at all): read by the strict records reader, exactly as before."""
-    with open(path, encoding="utf-8") as handle:
+    with open(path, "rb") as handle:
         for raw in handle:
-            text = raw.strip()
+            text = raw.decode("utf-8", errors="replace").strip().lstrip("\ufeff")
             if not text:
                 continue
             try:
                 obj = json.loads(text)
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):
                 continue
             return not isinstance(obj, dict) or "positives" in obj or "negatives" in obj
     return True
@@ -801,7 +881,7 @@ def load_file(
     """One file (or ``save_to_disk`` folder) in any recognised form and shape."""
     if _is_plain_jsonl(path) and _looks_like_records_jsonl(path):
         return read_records(path, on_error, source)
-    builder = RecordBuilder(path, on_error, seen)
+    builder = RecordBuilder(path, on_error, seen, note_duplicates=True)
     table = read_table(path, builder, split)
     return read_shaped(table, builder, source or source_stem(path))
 
@@ -855,7 +935,7 @@ def load_table(data: Any, on_error: str = "raise", source: str | None = None, sp
         data = _pick_split(data, "<DatasetDict>", split)
         origin, table = "<Dataset>", _dataset_table(data, "<Dataset>", "Dataset")
         default = "dataset"
-    builder = RecordBuilder(origin, on_error)
+    builder = RecordBuilder(origin, on_error, note_duplicates=True)
     found = detect_shape(table.columns)
     if found is not None and found[0].name == "records":
         for line, row in zip(table.lines, table.rows, strict=True):

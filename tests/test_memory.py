@@ -1,0 +1,343 @@
+"""One copy per distinct text: texts interned at load, each distinct text tokenised once, ψ per
+distinct pair equal to the previous per-negative computation, memory that follows the distinct
+texts rather than their copies."""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import re
+import tracemalloc
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+
+import transferdx as tdx
+from transferdx.diagnostics import lexical
+from transferdx.diagnostics.lexical import document_frequency, idf, negative_residuality, token_matrices
+from transferdx.diagnostics.tokens import alnum
+from transferdx.inputs import texts as text_pool
+from transferdx.inputs.records import Passage, Record, read_records
+from transferdx.inputs.texts import TextTable, intern_passage, intern_text, text_column
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def row(qid: str, query: str, pos: str, negs: list[tuple[str, str]], source: str, **extra) -> dict:
+    return {
+        "qid": qid,
+        "query": query,
+        "positives": [{"id": "p-" + qid, "text": pos}],
+        "negatives": [{"id": i, "text": t, **extra} for i, t in negs],
+        "source": source,
+    }
+
+
+SHARED = "A passage that appears as a negative of many queries and in every source."
+
+
+# ---------------------------------------------------------------------------------------------
+# Load-time interning
+# ---------------------------------------------------------------------------------------------
+
+
+def test_loaded_records_share_one_object_per_text(tmp_path):
+    folder = tmp_path / "sources"
+    folder.mkdir()
+    write_jsonl(
+        folder / "a.jsonl",
+        [
+            row("q1", "first query", "positive one", [("d1", SHARED), ("d2", "other text")], "a"),
+            row("q2", "second query", "positive two", [("d1", SHARED)], "a"),
+        ],
+    )
+    write_jsonl(folder / "b.jsonl", [row("q1", "first query", "positive one", [("d1", SHARED)], "b")])
+    records = {(r.source, r.qid): r for r in tdx.load(folder).records}
+    a1, a2, b1 = records["a", "q1"], records["a", "q2"], records["b", "q1"]
+
+    # the same text in two records, and in two files/sources: one str object
+    assert a1.negatives[0].text == SHARED
+    assert a1.negatives[0].text is a2.negatives[0].text is b1.negatives[0].text
+    assert a1.query is b1.query and a1.qid is b1.qid
+    assert a1.positives[0].text is b1.positives[0].text
+    # equal passages (every field equal) are one Passage object
+    assert a1.negatives[0] is a2.negatives[0] is b1.negatives[0]
+    # and values are unchanged
+    assert [n.to_dict() for n in a1.negatives] == [
+        {"id": "d1", "text": SHARED, "method": None, "relation": None},
+        {"id": "d2", "text": "other text", "method": None, "relation": None},
+    ]
+
+
+def test_interning_keeps_distinct_passages_apart(tmp_path):
+    """Passages that differ in any field stay different objects (with their text still shared);
+    equal-comparing values of another type or sign (1 / 1.0 / True, 0.0 / -0.0) are not merged."""
+    a = Passage("d", "same text", rank=1)
+    b = Passage("d", "same text", rank=2)
+    assert intern_passage(a) is not intern_passage(b)
+    assert intern_passage(a).text is intern_passage(b).text
+    zero, minus_zero = Passage("z", "t", score=0.0), Passage("z", "t", score=-0.0)
+    assert math.copysign(1, intern_passage(minus_zero).score) == -1
+    assert math.copysign(1, intern_passage(zero).score) == 1
+    one_int, one_float = Passage("o", "t", rank=1), Passage("o", "t", rank=1.0)  # type: ignore[arg-type]
+    assert type(intern_passage(one_float).rank) is float and type(intern_passage(one_int).rank) is int
+
+    path = write_jsonl(
+        tmp_path / "r.jsonl",
+        [
+            row("q1", "query", "pos", [("d1", SHARED)], "s", rank=1),
+            row("q2", "query two", "pos", [("d1", SHARED)], "s", rank=2),
+        ],
+    )
+    r1, r2 = read_records(path).records
+    assert r1.negatives[0] is not r2.negatives[0]
+    assert (r1.negatives[0].rank, r2.negatives[0].rank) == (1, 2)
+    assert r1.negatives[0].text is r2.negatives[0].text
+
+
+def test_intern_text_leaves_other_types_alone():
+    class Sub(str):
+        pass
+
+    s = Sub("abc")
+    assert intern_text(s) is s
+    fresh = "".join(["unique ", "text ", "for the pool"])
+    again = "".join(["unique ", "text ", "for the pool"])
+    assert fresh is not again and intern_text(fresh) is intern_text(again)
+
+
+def test_pool_sweep_drops_only_unreferenced_entries():
+    """A sweep forgets what nothing but the pool refers to and keeps what is still in use."""
+    text_pool.release()
+    pool = text_pool._TEXTS
+    pool.swept_at = 8  # the first sweep comes at 16 entries
+    kept = [intern_text("".join(["kept ", str(i)])) for i in range(5)]
+    for i in range(100):  # dropped at once; the pool sweeps as it grows
+        intern_text("".join(["dropped ", str(i)]))
+    pool.sweep()
+    assert set(pool.data) == set(kept)
+    assert all(pool.data[k] is k for k in kept)
+    kept_passage = intern_passage(Passage("x", "".join(["kept ", "passage"])))
+    for i in range(50):
+        intern_passage(Passage(str(i), "".join(["dropped passage ", str(i)])))
+    text_pool._PASSAGES.sweep()
+    assert list(text_pool._PASSAGES.data.values()) == [kept_passage]
+    text_pool.release()
+    assert text_pool.pooled() == (0, 0)
+
+
+def test_text_table_ids():
+    table = TextTable(["b"])
+    ids = table.ids(["a", "b", "a", "c"])
+    assert ids.tolist() == [1, 0, 1, 2]
+    assert table.texts == ["b", "a", "c"] and len(table) == 3
+    assert table.id("c") == 2 and table[1] == "a" and "a" in table and "z" not in table
+    text = "".join(["x", "y"])
+    assert table.intern(text) is table.intern("".join(["x", "y"])) is text
+
+
+def test_memory_follows_distinct_texts_not_copies(tmp_path):
+    """2,000 records × 8 negatives over 40 passages of ~2 kB: loading keeps one copy per distinct
+    text (~0.1 MB of passage text), not one per occurrence (~32 MB)."""
+    rng = np.random.default_rng(0)
+    passages = [f"passage {i} " + " ".join(f"w{j}" for j in rng.integers(0, 500, 400)) for i in range(40)]
+    rows = []
+    for q in range(2000):
+        picks = rng.choice(40, size=9, replace=False)
+        negs = [(f"d{j}", passages[j]) for j in picks[1:]]
+        rows.append(row(f"q{q}", f"query {q}", passages[picks[0]], negs, "s"))
+    path = write_jsonl(tmp_path / "r.jsonl", rows)
+    copies = sum(len(passages[0]) for _ in range(2000 * 9))
+    gc.collect()
+    tracemalloc.start()
+    try:
+        loaded = read_records(path)
+        gc.collect()
+        retained, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(loaded.records) == 2000
+    texts = {id(p.text) for r in loaded.records for p in (*r.positives, *r.negatives)}
+    assert len(texts) == 40
+    assert retained < copies / 4, (retained, copies)
+
+
+# ---------------------------------------------------------------------------------------------
+# Lexical core: each distinct text tokenised once; ψ per distinct pair
+# ---------------------------------------------------------------------------------------------
+
+
+def counting_tokenizer(calls: Counter[str]):
+    def tokenize(text: str) -> list[str]:
+        calls[text] += 1
+        return re.findall(r"[^\W_]+", text.lower())
+
+    return tokenize
+
+
+def synthetic_records(n_sources: int = 3, n_records: int = 120, k: int = 8, seed: int = 0) -> list[Record]:
+    """Sources over one pool: shared queries and positives, negatives that repeat across records
+    and sources (so pairs repeat too), some tokenless queries (ψ undefined)."""
+    rng = np.random.default_rng(seed)
+    vocab = [f"w{i}" for i in range(150)]
+    pool = [" ".join(rng.choice(vocab, size=int(rng.integers(3, 25)))) for _ in range(90)]
+    pool = list(dict.fromkeys(pool))
+    queries = [" ".join(rng.choice(vocab, size=int(rng.integers(1, 6)))) for _ in range(n_records)]
+    queries[::17] = ["?!"] * len(queries[::17])
+    out = []
+    for s in range(n_sources):
+        for i in range(n_records):
+            p0 = i % len(pool)
+            span = 10 * (s + 1)
+            negs = [int(j) for j in dict.fromkeys(((p0 + rng.integers(1, span, size=k)) % len(pool)).tolist())]
+            out.append(
+                Record(
+                    f"q{i}",
+                    queries[i],
+                    (Passage(f"d{p0}", pool[p0]),),
+                    tuple(Passage(f"d{j}", pool[j]) for j in negs),
+                    f"s{s}",
+                )
+            )
+    return out
+
+
+def test_each_distinct_text_is_tokenised_once():
+    recs = synthetic_records()
+    external = [f"extra {i} w{i}" for i in range(20)]
+    calls: Counter[str] = Counter()
+    negative_residuality(recs, counting_tokenizer(calls), "external", external_texts=external)
+    queries = {r.query for r in recs}
+    passages = {p.text for r in recs for p in (*r.positives, *r.negatives)}
+    assert not queries & passages
+    assert set(calls) == queries | passages | set(external)
+    assert max(calls.values()) == 1
+    # and token_matrices alone: queries once (vocabulary and incidence from one pass)
+    calls.clear()
+    token_matrices(sorted(queries), sorted(passages), counting_tokenizer(calls))
+    assert set(calls) == queries | passages and max(calls.values()) == 1
+
+
+def previous_residuality(queries, docs, pair_query, pair_doc, idf_values):
+    """The per-negative computation before this change: every pair, scipy's element lookup."""
+    q_len = np.diff(queries.indptr)
+    q_row = np.repeat(np.arange(queries.shape[0], dtype=np.int64), q_len)
+    total = np.bincount(q_row, weights=idf_values[queries.indices], minlength=queries.shape[0])
+    per_pair = q_len[pair_query]
+    entry_pair = np.repeat(np.arange(len(pair_query), dtype=np.int64), per_pair)
+    start = np.repeat(queries.indptr[pair_query] - (np.cumsum(per_pair) - per_pair), per_pair)
+    cols = queries.indices[start + np.arange(len(entry_pair), dtype=np.int64)]
+    found = np.asarray(docs[pair_doc[entry_pair], cols]).ravel() if len(cols) else np.zeros(0)
+    covered = np.bincount(entry_pair, weights=idf_values[cols] * found, minlength=len(pair_query))
+    denom = total[pair_query]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        psi = np.where(denom > 0, (denom - covered) / denom, np.nan)
+    return np.clip(psi, 0.0, 1.0)
+
+
+def previous_psi(recs: list[Record], idf_corpus: str, external: list[str] | None = None) -> np.ndarray:
+    """ψ per negative as computed before: texts by exact string, each source scored pair by pair."""
+    neg_texts = [n.text for r in recs for n in r.negatives]
+    pos_texts = [p.text for r in recs for p in r.positives]
+    texts = list(dict.fromkeys(neg_texts + pos_texts))
+    row_of = {t: i for i, t in enumerate(texts)}
+    query_texts = list(dict.fromkeys(r.query for r in recs))
+    mats = token_matrices(query_texts, texts, alnum)
+    psi = []
+    for source in dict.fromkeys(r.source for r in recs):
+        own = [r for r in recs if r.source == source]
+        pair_q = np.array([query_texts.index(r.query) for r in own for _ in r.negatives], dtype=np.int64)
+        pair_d = np.array([row_of[n.text] for r in own for n in r.negatives], dtype=np.int64)
+        if idf_corpus == "pooled":
+            df, n = document_frequency(mats.docs)
+        elif idf_corpus == "per_source":
+            rows = np.unique([row_of[p.text] for r in own for p in (*r.negatives, *r.positives)])
+            df, n = document_frequency(mats.docs, rows)
+        else:
+            df, n = document_frequency(lexical._incidence(external, alnum, mats.vocab, ""))
+        psi.append(previous_residuality(mats.queries, mats.docs, pair_q, pair_d, idf(df, n)))
+    return np.concatenate(psi)
+
+
+def reference_psi(recs: list[Record]) -> np.ndarray:
+    """The straightforward definition with Python sets: pooled idf over the unique passage texts."""
+
+    def tokens(x: str) -> set[str]:
+        return set(re.findall(r"[^\W_]+", x.lower()))
+
+    docs = [tokens(t) for t in dict.fromkeys(p.text for r in recs for p in (*r.negatives, *r.positives))]
+    df = Counter(t for d in docs for t in d)
+    n = len(docs)
+
+    def w(t: str) -> float:
+        return math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5))
+
+    out = []
+    for r in recs:
+        tq = tokens(r.query)
+        total = sum(w(t) for t in tq)
+        for neg in r.negatives:
+            out.append(sum(w(t) for t in tq - tokens(neg.text)) / total if total > 0 else math.nan)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("corpus", ["pooled", "per_source", "external"])
+@pytest.mark.parametrize("blocks", [False, True])
+def test_psi_per_distinct_pair_equals_previous_per_negative_computation(monkeypatch, corpus, blocks):
+    recs = synthetic_records()
+    external = [" ".join(f"w{j}" for j in range(i, i + 12)) for i in range(0, 150, 5)]
+    if blocks:  # many scoring and tokenising blocks
+        monkeypatch.setattr(lexical, "ENTRY_BLOCK", 7)
+        monkeypatch.setattr(lexical, "CHUNK", 5)
+    pairs = {(r.query, n.text) for r in recs for n in r.negatives}
+    assert len(pairs) < sum(len(r.negatives) for r in recs)  # pairs do repeat
+    got = negative_residuality(recs, alnum, corpus, external_texts=external if corpus == "external" else None)
+    expected = previous_psi(recs, corpus, external)
+    np.testing.assert_array_equal(got["psi"].to_numpy(), expected)  # bit-identical, NaN where undefined
+    assert np.isnan(expected).any()
+    if corpus == "pooled":
+        np.testing.assert_allclose(got["psi"].to_numpy(), reference_psi(recs), rtol=1e-12)
+
+
+def test_residuality_reads_non_canonical_documents_like_scipy():
+    """Duplicate stored entries are summed, as scipy's element lookup reads them."""
+    queries = sp.csr_matrix(np.array([[1.0, 1.0, 0.0], [0.0, 1.0, 1.0]]))
+    docs = sp.csr_matrix((np.array([1.0, 1.0, 1.0]), np.array([1, 1, 2]), np.array([0, 2, 3])), shape=(2, 3))
+    assert not docs.has_canonical_format
+    pq, pd_ = np.array([0, 1, 1, 0]), np.array([0, 0, 1, 1])
+    w = np.array([0.5, 1.0, 2.0])
+    np.testing.assert_array_equal(
+        lexical.residuality(queries, docs, pq, pd_, w), previous_residuality(queries, docs, pq, pd_, w)
+    )
+
+
+def test_text_ids_into_a_table():
+    """With ``texts``, the per-negative frame carries ids into the table instead of texts."""
+    recs = synthetic_records(n_sources=2, n_records=30)
+    table = TextTable()
+    frame = negative_residuality(recs, alnum, texts=table)
+    assert [table[i] for i in frame["text_id"]] == [n.text for r in recs for n in r.negatives]
+    assert [table[i] for i in frame["query_id"]] == [r.query for r in recs for _ in r.negatives]
+    assert set(table) == {r.query for r in recs} | {p.text for r in recs for p in (*r.negatives, *r.positives)}
+    plain = negative_residuality(recs, alnum)
+    assert list(plain.columns) == ["source", "qid", "neg_index", "neg_id", "psi"]
+    np.testing.assert_array_equal(plain["psi"].to_numpy(), frame["psi"].to_numpy())
+
+
+def test_text_column_holds_each_distinct_text_once():
+    shared = "".join(["a long passage ", "x" * 1000])
+    column = text_column([shared, "other", None, shared] * 500)
+    assert column.codes[:4].tolist() == [0, 1, -1, 0]
+    assert column.categories.to_numpy()[0] is shared  # the object itself, not a copy
+    frame = pd.DataFrame({"text": column})
+    assert frame.memory_usage(deep=True)["text"] < 10_000
+    assert frame["text"].iloc[3] == shared and pd.isna(frame["text"].iloc[2])
+    assert len(text_column([])) == 0 and text_column([None]).isna().all()
