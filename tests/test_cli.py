@@ -121,7 +121,7 @@ def test_bad_input_exits_with_located_error(tmp_path):
     assert proc.returncode == 2
     assert f"{bad}:1: field 'query': empty string" in proc.stderr
     skipped = run_audit(f"input={bad}", "on_error=skip", f"output_dir={tmp_path / 'o2'}", check=False)
-    assert skipped.returncode == 0
+    assert skipped.returncode == 2 and "no records to audit" in skipped.stderr  # every record excluded
     with open(tmp_path / "o2" / "exclusions.csv", newline="") as handle:
         assert [e["field"] for e in csv.DictReader(handle)] == ["query"]
 

@@ -14,7 +14,7 @@ from transferdx.auditing.core import FlagSettings, SemanticSettings
 from transferdx.auditing.result import Audit
 from transferdx.cleaning import CleanResult, clean
 from transferdx.diagnostics.suspicion import SuspicionSettings
-from transferdx.embed import EmbeddingCache, EncoderSpec
+from transferdx.embed import CacheWarning, EmbeddingCache, EncoderSpec
 from transferdx.inputs.formats import QuerySet
 from transferdx.inputs.records import Exclusion, InputError, LoadResult, Passage, Record
 from transferdx.pipeline import (
@@ -45,6 +45,7 @@ __all__ = [
     "AuditOptions",
     "BenchmarkDataset",
     "BenchmarkSettings",
+    "CacheWarning",
     "CleanResult",
     "EmbeddingCache",
     "EncoderSpec",

@@ -5,9 +5,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
+import socket
 import subprocess
 import tempfile
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -112,3 +116,62 @@ def write_meta(path: str | Path, config: Mapping[str, Any], rows: int | None = N
     path = Path(path)
     meta = {"artifact": path.name, "config": config, "rows": rows, "versions": versions(), "git_sha": git_sha()}
     return atomic_write_text(path.with_name(path.name + ".meta.json"), canonical_json(meta))
+
+
+# ---------------------------------------------------------------------------------------------
+# Run folders: one live run per output folder
+# ---------------------------------------------------------------------------------------------
+
+CLAIM_FILE = ".transferdx-run"
+
+
+class FolderInUseError(RuntimeError):
+    """Another live run owns the output folder."""
+
+
+@contextmanager
+def claim_folder(folder: str | Path) -> Iterator[Path]:
+    """Own ``folder`` (created if missing) while the block runs: ``<folder>/.transferdx-run`` holds
+    this process's pid, host and start time under an exclusive ``flock``. A second run that asks for
+    the same folder while the first is alive gets :class:`FolderInUseError`; a claim left behind by a
+    run that died holds no lock and is taken over. The file is removed when the block ends."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / CLAIM_FILE
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): no claim, as before
+        yield folder
+        return
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            owner = os.read(fd, 4096).decode("utf-8", "replace").strip()
+            os.close(fd)
+            raise FolderInUseError(
+                f"output folder {folder.resolve()} is in use by another transferdx run ({owner or 'pid unknown'});"
+                " give this run another output_dir= (or none, for a new folder of its own)"
+            ) from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:  # not a file its previous owner removed between our open and our lock
+            break
+        os.close(fd)
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+    os.ftruncate(fd, 0)
+    os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, started {stamp}\n".encode())
+    try:
+        yield folder
+    finally:
+        path.unlink(missing_ok=True)
+        os.close(fd)
+
+
+def run_id() -> str:
+    """A new run folder name, unique among runs started on this machine: the start time to the
+    second, the pid and a random suffix, e.g. ``2026-03-01_14-02-09_4242-9f3a01c2`` (sorts by start time)."""
+    return f"{time.strftime('%Y-%m-%d_%H-%M-%S')}_{os.getpid()}-{secrets.token_hex(4)}"

@@ -3,7 +3,7 @@ the library (``pipeline``) and prints what it did. No pipeline logic lives here.
 
 from __future__ import annotations
 
-import sys
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -13,10 +13,11 @@ from omegaconf import DictConfig
 
 from transferdx import config as c
 from transferdx import pipeline as p
-from transferdx.artifacts import atomic_write_text, canonical_json, csv_text, safe_join
+from transferdx.artifacts import atomic_write_text, canonical_json, claim_folder, csv_text, safe_join
 from transferdx.auditing.report import exclusions_frame
 from transferdx.cleaning import clean
-from transferdx.inputs.records import InputError, write_source_folder
+from transferdx.inputs.records import write_source_folder
+from transferdx.runs import fail, user_error
 from transferdx.training import checkpoint_spec
 
 
@@ -29,6 +30,7 @@ def run_audit(cfg: DictConfig) -> Path:
     started, out, encoder = time.perf_counter(), Path(cfg.output_dir), c.build_encoder(cfg)
     options = c.audit_options(cfg)
     loaded = c.load_inputs(cfg, encoder)
+    c.require_records(loaded, options.label, out)
     result = p.audit(loaded, options, encoder=encoder if options.semantic else None, controls=c.self_controls(cfg))
     result.save(out)
     print(result.summary())
@@ -39,7 +41,12 @@ def run_audit(cfg: DictConfig) -> Path:
     for row in flags.itertuples():
         print(f"flag {row.source}: {row.flag_reasons}")
     n_records, n_sources, n_excluded = len(result.records), len(result.profile), len(result.result.exclusions)
-    print(f"\n{n_records} records from {n_sources} sources; {n_excluded} exclusions (see exclusions.csv);", end="")
+    unattributed = result.result.profile.n_excluded_unattributed
+    of_which = f" ({unattributed} records of no known source)" if unattributed else ""
+    print(
+        f"\n{n_records} records from {n_sources} sources; {n_excluded} exclusions{of_which} (see exclusions.csv);",
+        end="",
+    )
     print(f" {len(flags)} flagged; {time.perf_counter() - started:.1f}s")
     print(f"artifacts: {out.resolve()}\n")
     print(result.verdict())
@@ -88,7 +95,7 @@ def run_train(cfg: DictConfig) -> Path:
 def run_evaluate(cfg: DictConfig) -> Path:
     """``transferdx-evaluate``: a checkpoint (``model=PATH``) or the frozen backbone on the benchmark."""
     started, out = time.perf_counter(), Path(cfg.output_dir)
-    spec = checkpoint_spec(str(cfg.model)) if cfg.get("model") else c.encoder_spec(cfg)
+    spec = checkpoint_spec(str(cfg.model)) if cfg.get("model") else c.check_encoder(c.encoder_spec(cfg))
     rows = p.evaluate(spec, c.benchmark_settings(cfg), out=out, cache_dir=str(cfg.paths.cache_dir), seed=int(cfg.seed))
     print(_fmt(rows))
     print(f"{time.perf_counter() - started:.1f}s; metrics: {out.resolve()}/<dataset>/metrics.json")
@@ -142,8 +149,9 @@ def run_tables(cfg: DictConfig) -> Path:
 
 
 def _entry(config_name: str, run: Callable[[DictConfig], Path]) -> Callable[[], None]:
-    """A console script: Hydra parses the command line into ``conf/<config_name>.yaml``; bad input
-    ends with ``transferdx: error: …`` and exit status 2."""
+    """A console script: Hydra parses the command line into ``conf/<config_name>.yaml``; bad input,
+    a bad setting or a bad command line ends with one line, ``transferdx: error: …``, and exit status 2.
+    Each run owns its output folder while it runs (:func:`transferdx.artifacts.claim_folder`)."""
 
     def main() -> None:
         import hydra
@@ -151,12 +159,30 @@ def _entry(config_name: str, run: Callable[[DictConfig], Path]) -> Callable[[], 
         @hydra.main(config_path=str(c.config_dir()), config_name=config_name, version_base="1.3")
         def _main(cfg: DictConfig) -> None:
             try:
-                run(cfg)
-            except (InputError, ValueError, FileNotFoundError) as exc:
-                print(f"transferdx: error: {exc}", file=sys.stderr)
-                sys.exit(2)
+                with claim_folder(cfg.output_dir):
+                    run(cfg)
+            except Exception as exc:
+                message = user_error(exc)
+                if message is None:
+                    raise
+                fail(message)
 
-        _main()
+        # Hydra prints its own errors (several lines, exit status 1) unless HYDRA_FULL_ERROR is set, in
+        # which case it raises them: set it for the call, and keep the user's choice of full tracebacks.
+        full = os.environ.get("HYDRA_FULL_ERROR")
+        os.environ["HYDRA_FULL_ERROR"] = "1"
+        try:
+            _main()
+        except Exception as exc:
+            message = None if full == "1" else user_error(exc)
+            if message is None:
+                raise
+            fail(message)
+        finally:
+            if full is None:
+                os.environ.pop("HYDRA_FULL_ERROR", None)
+            else:
+                os.environ["HYDRA_FULL_ERROR"] = full
 
     main.__doc__ = f"``transferdx-{config_name}``: {(run.__doc__ or '').splitlines()[0]}"
     return main

@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from transferdx.artifacts import run_id
 from transferdx.auditing.core import FlagSettings, SemanticSettings
 from transferdx.diagnostics.composite import CompositeSettings
 from transferdx.diagnostics.semantic import BandCuts
@@ -38,8 +40,172 @@ def plain(node: Any) -> Any:
     return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
 
 
+# ---------------------------------------------------------------------------------------------
+# Run folders: the resolvers conf/*.yaml name in their ``hydra:`` blocks
+# ---------------------------------------------------------------------------------------------
+
+
+class OutputDirError(ValueError):
+    """``output_dir=`` cannot be a run folder (it names an existing file)."""
+
+
+def explicit_output_dir(root: Any) -> str | None:
+    """``output_dir`` when the command line or a config sets it; None while it is the default, Hydra's
+    own run folder (``${hydra:runtime.output_dir}``). Read without resolving that default, which is
+    not known yet when Hydra picks its run folder."""
+    if not isinstance(root, DictConfig):
+        return None
+    node: Any = root._get_node("output_dir", throw_on_missing_key=False)
+    if node is None or node._is_missing():
+        return None
+    raw = node._value()
+    if raw is None or (isinstance(raw, str) and "hydra:runtime.output_dir" in raw):
+        return None
+    return str(root.output_dir)
+
+
+# Explicit output folders that did not exist before this process picked them as its run folder: a
+# run that fails before writing anything removes them again (cli), leaving nothing behind.
+NEW_OUTPUT_DIRS: set[Path] = set()
+
+
+def _run_dir(default: str, *, _root_: Any) -> str:
+    """``hydra.run.dir``: the explicit ``output_dir`` (so that Hydra makes no other folder), else
+    ``default`` (``<output_root>/<verb>/<run id>``)."""
+    explicit = explicit_output_dir(_root_)
+    if explicit is None:
+        return default
+    if Path(explicit).exists() and not Path(explicit).is_dir():
+        raise OutputDirError(f"output_dir={explicit} is an existing file; output_dir= names a folder (made if missing)")
+    if not Path(explicit).exists():
+        NEW_OUTPUT_DIRS.add(Path(explicit).absolute())
+    return explicit
+
+
+def _unless_output_dir(value: Any, *, _root_: Any) -> Any:
+    """``hydra.output_subdir``: ``value`` (``.hydra``) in a run folder of Hydra's, none in an explicit
+    ``output_dir``, which holds the run's artifacts only."""
+    return None if explicit_output_dir(_root_) is not None else value
+
+
+def _log_file(value: str, *, _root_: Any) -> str:
+    """The job log file: ``value`` (``<run folder>/<job>.log``), the null device with an explicit
+    ``output_dir`` (the log goes to the console only)."""
+    return os.devnull if explicit_output_dir(_root_) is not None else value
+
+
+def register_resolvers() -> None:
+    """``tdx_run_id`` (cached per config, like Hydra's ``now``, so a sweep's jobs agree on it),
+    ``tdx_run_dir``, ``tdx_unless_output_dir`` and ``tdx_log_file``."""
+    OmegaConf.register_new_resolver("tdx_run_id", run_id, use_cache=True, replace=True)
+    OmegaConf.register_new_resolver("tdx_run_dir", _run_dir, replace=True)
+    OmegaConf.register_new_resolver("tdx_unless_output_dir", _unless_output_dir, replace=True)
+    OmegaConf.register_new_resolver("tdx_log_file", _log_file, replace=True)
+
+
+register_resolvers()
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks that turn a bad setting into a one-line error before any work
+# ---------------------------------------------------------------------------------------------
+
+OFFLINE_ADVICE = (
+    "use an offline preset (backbone=minilm_l6 or backbone=mpnet_base) or a model folder"
+    " (backbone.model=/path/to/model)"
+)
+
+
+def input_path(cfg: DictConfig) -> str | None:
+    """``input``: one records file or folder, or None."""
+    value = cfg.get("input")
+    if value is None or value == "":
+        return None
+    if OmegaConf.is_config(value):
+        raise ValueError(
+            f"input= takes one path (a records file or a folder of them), got {plain(value)!r}: put the files in"
+            " one folder and give input=<folder>; a path with a comma needs quotes, e.g. 'input=\"a,b.jsonl\"'"
+        )
+    return str(value)
+
+
+def _hub_offline() -> bool:
+    from huggingface_hub import constants
+
+    offline = getattr(constants, "is_offline_mode", None)
+    return bool(offline() if callable(offline) else constants.HF_HUB_OFFLINE)
+
+
+def check_hub_model(
+    model: str, revision: str | None = None, what: str = "backbone", advice: str = OFFLINE_ADVICE
+) -> None:
+    """Fail fast, in one line, when hub model ``model`` is neither in the local Hugging Face cache nor
+    reachable (offline mode, no network, no such model), instead of the loader's retries (over a
+    minute without a network) and its traceback."""
+    from huggingface_hub import HfApi, snapshot_download
+    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+
+    try:
+        snapshot_download(model, revision=revision, local_files_only=True)
+        return
+    except Exception:  # not cached (or not a valid id): ask the hub below
+        pass
+    if _hub_offline():
+        raise ValueError(
+            f"{what}: hub model {model!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set: {advice}"
+        )
+    try:
+        HfApi().model_info(model, revision=revision, timeout=10)
+    except GatedRepoError:
+        return  # exists; the loader uses the token
+    except RepositoryNotFoundError:
+        raise ValueError(f"{what}: no model {model!r} on the Hugging Face Hub; {advice}") from None
+    except RevisionNotFoundError:
+        raise ValueError(f"{what}: hub model {model!r} has no revision {revision!r}") from None
+    except HfHubHTTPError:
+        return  # the hub answered (rate limit, outage, auth): the loader says more
+    except Exception as exc:  # connection refused, no DNS, timeout, offline mode
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(
+            f"{what}: hub model {model!r} is not in the local Hugging Face cache and the hub cannot be reached"
+            f" ({reason}): {advice}"
+        ) from None
+
+
+def check_encoder(spec: EncoderSpec) -> EncoderSpec:
+    """``spec``, after :func:`check_hub_model` for a hub encoder."""
+    if spec.source == "hub":
+        check_hub_model(spec.model, spec.revision, f"backbone {spec.name!r}")
+    return spec
+
+
+def tokenizer_options(cfg: DictConfig) -> dict[str, Any]:
+    """The ``tokenizer`` group's options; ``model_name_or_path`` of the ``backbone`` tokenizer must
+    name a folder, or a hub model that is cached or reachable."""
+    options = {k: v for k, v in plain(cfg.tokenizer).items() if k != "name"}
+    location = options.get("model_name_or_path")
+    if cfg.tokenizer.name == "backbone" and location:
+        location = str(location)
+        path_like = Path(location).is_absolute() or location.startswith((".", "~")) or location.count("/") > 1
+        if Path(location).expanduser().is_dir():
+            options["model_name_or_path"] = str(Path(location).expanduser())
+        elif not path_like and "\\" not in location:  # 'org/name', or a legacy id such as 'bert-base-uncased'
+            advice = "give a tokenizer folder, or tokenizer.model_name_or_path=null for the bundled MiniLM tokenizer"
+            check_hub_model(location, what="tokenizer.model_name_or_path", advice=advice)
+        else:
+            raise ValueError(
+                f"tokenizer.model_name_or_path={location}: no such folder; give a tokenizer or model folder, a hub"
+                " id 'org/name', or null for the bundled MiniLM tokenizer"
+            )
+    return options
+
+
 def data_options(cfg: DictConfig) -> tuple[str, dict[str, Any]]:
     """(format, options) of the ``data`` group, ``slice`` renamed to the readers' ``slice_spec``."""
+    missing = [str(k) for k in cfg.data if OmegaConf.is_missing(cfg.data, str(k))]
+    if missing:
+        needed = " ".join(f"data.{k}=..." for k in missing)
+        raise ValueError(f"data={cfg.data.get('name', '?')} needs {needed} (see conf/data/{cfg.data.get('name')}.yaml)")
     options: dict[str, Any] = dict(plain(cfg.data))
     options.pop("name", None)
     fmt = options.pop("format")
@@ -58,7 +224,7 @@ def controls(cfg: DictConfig) -> list[str]:
 def self_controls(cfg: DictConfig) -> str | list[str]:
     """Controls the audit builds from an ``input=`` file itself: ``auto`` by default (``controls: all``),
     ``none`` with ``controls=none`` or ``[]``, else the listed ones; never for other ``data``."""
-    if not cfg.get("input"):
+    if not input_path(cfg):
         return "none"
     if cfg.get("controls", "all") == "all":
         return "auto"
@@ -75,14 +241,16 @@ def needs_encoder(cfg: DictConfig) -> bool:
     fmt, _ = data_options(cfg)
     if cfg.diagnostics.semantic:
         return True
-    if fmt not in QUERY_SETS or cfg.get("input"):
+    if fmt not in QUERY_SETS or input_path(cfg):
         return False
     return "neighbor_positive" in controls(cfg) or any("dense" in s.split("+") for s in cfg.sources)
 
 
 def build_encoder(cfg: DictConfig) -> EmbeddingCache | None:
     """The frozen encoder with its embedding cache, or None when the run needs none."""
-    return EmbeddingCache(encoder_spec(cfg), Path(str(cfg.paths.cache_dir))) if needs_encoder(cfg) else None
+    if not needs_encoder(cfg):
+        return None
+    return EmbeddingCache(check_encoder(encoder_spec(cfg)), Path(str(cfg.paths.cache_dir)))
 
 
 def build_inputs(cfg: DictConfig, encoder: EmbeddingCache | None) -> LoadResult:
@@ -114,8 +282,8 @@ def build_inputs(cfg: DictConfig, encoder: EmbeddingCache | None) -> LoadResult:
 def load_inputs(cfg: DictConfig, encoder: EmbeddingCache | None = None) -> LoadResult:
     """Records for a run: ``input=PATH`` (records JSONL), sources built from a query set, or the
     ``data`` config group's reader."""
-    if cfg.get("input"):
-        return load(cfg.input, on_error=cfg.on_error)
+    if path := input_path(cfg):
+        return load(path, on_error=cfg.on_error)
     fmt, options = data_options(cfg)
     if fmt in QUERY_SETS:
         return build_inputs(cfg, encoder)
@@ -126,8 +294,8 @@ def load_inputs(cfg: DictConfig, encoder: EmbeddingCache | None = None) -> LoadR
 
 def source_records(cfg: DictConfig, encoder: EmbeddingCache | None, source: str) -> LoadResult:
     """The records of one source: from ``input`` (a records file/folder) or built from ``data``."""
-    if cfg.get("input"):
-        loaded = load(cfg.input, on_error=cfg.on_error)
+    if path := input_path(cfg):
+        loaded = load(path, on_error=cfg.on_error)
     else:
         loaded = build_inputs(OmegaConf.merge(cfg, {"sources": [source], "controls": []}), encoder)  # type: ignore[arg-type]
     records = [r for r in loaded.records if r.source == source]
@@ -145,7 +313,21 @@ def semantic_settings(cfg: DictConfig) -> SemanticSettings:
         in_batch=bool(d.in_batch),
         batch_size=int(d.batch_size),
         composite=CompositeSettings(**{str(k): float(v) for k, v in d.composite.items()}),  # type: ignore[arg-type]
-        suspicion=SuspicionSettings(**{str(k): float(v) for k, v in (d.get("suspicion") or {}).items()}),
+        suspicion=suspicion_settings(d.get("suspicion") or {}),
+    )
+
+
+def suspicion_settings(node: Any) -> SuspicionSettings:
+    """``diagnostics.suspicion``: α, δ (floats) and the score rule (a name); unknown keys are an error."""
+    values = dict(plain(node)) if OmegaConf.is_config(node) else dict(node)
+    unknown = sorted(set(values) - {"alpha", "delta", "rule"})
+    if unknown:
+        raise ValueError(f"unknown diagnostics.suspicion settings {unknown}; valid: alpha, delta, rule")
+    defaults = SuspicionSettings()
+    return SuspicionSettings(
+        alpha=float(values.get("alpha", defaults.alpha)),
+        delta=float(values.get("delta", defaults.delta)),
+        rule=str(values.get("rule", defaults.rule)),
     )
 
 
@@ -160,7 +342,7 @@ def audit_options(cfg: DictConfig) -> AuditOptions:
         idf_label = f"{fmt}:{Path(str(cfg.idf.path)).name}"
     return AuditOptions(
         tokenizer=str(cfg.tokenizer.name),
-        tokenizer_options={k: v for k, v in plain(cfg.tokenizer).items() if k != "name"},
+        tokenizer_options=tokenizer_options(cfg),
         idf=str(cfg.idf.name),
         idf_texts=idf_texts,
         idf_label=idf_label,
@@ -172,7 +354,7 @@ def audit_options(cfg: DictConfig) -> AuditOptions:
         sample_fraction=float(cfg.get("sample_fraction", 1.0)),
         seed=int(cfg.seed),
         on_error=str(cfg.on_error),
-        label=str(cfg.input) if cfg.get("input") else str(cfg.data.name),
+        label=input_path(cfg) or str(cfg.data.name),
     )
 
 
@@ -184,8 +366,8 @@ def clean_call(cfg: DictConfig) -> dict[str, Any]:
     options = audit_options(cfg)
     if reasons is not None and set(reasons) <= set(TEXT_REASONS):
         options = dataclasses.replace(options, semantic=None)
-    encoder = encoder_spec(cfg) if options.semantic is not None else None
-    data = str(cfg.input) if cfg.get("input") else load_inputs(cfg, build_encoder(cfg))
+    encoder = check_encoder(encoder_spec(cfg)) if options.semantic is not None else None
+    data = input_path(cfg) or load_inputs(cfg, build_encoder(cfg))
     return {
         "records": data,
         "reasons": reasons,
@@ -212,7 +394,7 @@ def analysis_settings(cfg: DictConfig) -> AnalysisSettings:
 def train_call(cfg: DictConfig) -> dict[str, Any]:
     """Keyword arguments of :func:`transferdx.train` for ``transferdx-train`` and the study."""
     return {
-        "encoder": encoder_spec(cfg),
+        "encoder": check_encoder(encoder_spec(cfg)),
         "source": str(cfg.source),
         "settings": train_settings(cfg),
         "seed": int(cfg.seed),
@@ -227,7 +409,7 @@ def study_call(cfg: DictConfig) -> dict[str, Any]:
     return {
         "sources": list(cfg.sources),
         "out": Path(cfg.output_dir),
-        "encoder": encoder_spec(cfg),
+        "encoder": check_encoder(encoder_spec(cfg)),
         "options": audit_options(cfg),
         "training": train_settings(cfg),
         "benchmark": benchmark_settings(cfg),
@@ -238,3 +420,19 @@ def study_call(cfg: DictConfig) -> dict[str, Any]:
         "artifact_dir": str(cfg.paths.artifact_dir),
         "cache_dir": str(cfg.paths.cache_dir),
     }
+
+
+def require_records(loaded: LoadResult, label: str | None, out: Path) -> None:
+    """An input with nothing left to audit is an error (exit 2); what was excluded is written to
+    ``out/exclusions.csv`` first, so the user can see why."""
+    if loaded.records or not loaded.exclusions:
+        return
+    from transferdx.artifacts import atomic_write_text, csv_text, safe_join
+    from transferdx.auditing.report import exclusions_frame
+
+    atomic_write_text(safe_join(out, "exclusions.csv"), csv_text(exclusions_frame(tuple(loaded.exclusions))))
+    first = loaded.exclusions[0]
+    raise ValueError(
+        f"no records to audit in {label}: {len(loaded.exclusions)} excluded, first {first.file}:"
+        f"{first.line}: field '{first.field}': {first.reason}; all in {out.resolve() / 'exclusions.csv'}"
+    )

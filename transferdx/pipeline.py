@@ -266,10 +266,11 @@ def trec_dl_runs(
 ) -> dict[str, LoadResult]:
     """The TREC-DL runs under ``root`` as sources to build alongside (name → its records)."""
     runs = load_trec_dl(root, on_error=on_error, k=k, slice_spec=slice)
-    return {
+    first = runs.sources[0] if runs.sources else None
+    return {  # exclusions of no run (a judged query missing from the topics, ...) go with the first run, once
         name: LoadResult(
             [r for r in runs.records if r.source == name],
-            [e for e in runs.exclusions if e.source == name],
+            [e for e in runs.exclusions if e.source == name or (not e.source and name == first)],
             {name: runs.descriptors.get(name, {})},
             {name: runs.false_negatives.get(name, [])},
         )
@@ -319,10 +320,18 @@ def build_sources(
 # ---------------------------------------------------------------------------------------------
 
 
+def portable_label(label: str | Path) -> str:
+    """An input as artifacts name it: a path by its last component (file or folder name), so the
+    same data gives the same bytes wherever it lives; anything else (a dataset name) as it is."""
+    text = str(label)
+    return Path(text).name or text if ("/" in text or "\\" in text or Path(text).exists()) else text
+
+
 def recorded_settings(options: AuditOptions, encoder: EmbeddingCache | None, sampled_out: int) -> dict[str, Any]:
-    """The settings an audit records in profile.json, report.md and every .meta.json."""
+    """The settings an audit records in profile.json, report.md and every .meta.json (paths by their
+    name only, :func:`portable_label`)."""
     settings: dict[str, Any] = {
-        "data": options.label if options.label is not None else "(in memory)",
+        "data": portable_label(options.label) if options.label is not None else "(in memory)",
         "tokenizer": options.tokenizer_name,
         "idf_corpus": options.idf,
         "on_error": options.on_error,
@@ -334,7 +343,7 @@ def recorded_settings(options: AuditOptions, encoder: EmbeddingCache | None, sam
     if options.sample_fraction < 1.0:
         settings.update(sample_fraction=options.sample_fraction, records_sampled_out=sampled_out)
     if options.idf == "external":
-        settings["idf_external"] = options.idf_label or "texts"
+        settings["idf_external"] = portable_label(options.idf_label) if options.idf_label else "texts"
     if options.semantic is not None and encoder is not None:
         semantic = options.semantic
         settings.update(
@@ -369,6 +378,7 @@ def with_self_controls(
     record = {"self_controls": {"parent": genuine[0], "built": sorted(built.sources), "skipped": skipped}}
     merged = LoadResult(list(loaded.records), list(loaded.exclusions), dict(loaded.descriptors))
     merged.false_negatives.update(loaded.false_negatives)
+    merged.relevant_grade = loaded.relevant_grade
     return merged.extend(built), record
 
 
@@ -390,7 +400,14 @@ def audit(
     alongside, so that even one file gets a verdict: ``"auto"`` (all eight when there are fewer than
     two genuine sources or no control), ``"all"``, a list of names, or ``"none"``."""
     options = dataclasses.replace(options or AuditOptions(), **overrides)
+    if options.label is None and isinstance(records, (str, Path)):
+        options = dataclasses.replace(options, label=str(records))
     loaded = load(records, on_error=options.on_error)
+    if not loaded.records:  # nothing to audit: an error, not an empty profile
+        where = options.label or (records if isinstance(records, (str, Path)) else "the input")
+        ex = [f"{e.file}:{e.line}: field '{e.field}': {e.reason}" for e in loaded.exclusions[:1]]
+        why = f"{len(loaded.exclusions)} excluded, first {ex[0]}" if ex else "empty"
+        raise ValueError(f"no records to audit in {where}: {why}")
     loaded, sampled_out = sample_queries(loaded, options.sample_fraction, options.seed)
     cache = make_encoder(encoder, cache_dir) if options.semantic is not None else None
     loaded, built = with_self_controls(loaded, controls, options, cache)

@@ -100,6 +100,7 @@ SUSPICION_STATS = (
     Stat("duplicate_positive_rate", "n_fn_duplicate_positive", "n_negatives"),
     Stat("duplicate_negative_rate", "n_fn_duplicate_negative", "n_negatives"),
     Stat("positive_aware_rate", "n_fn_positive_aware", "n_negatives"),
+    Stat("combined_rate", "n_fn_combined", "n_negatives"),
     Stat("near_duplicate_positive_rate", "n_fn_near_duplicate_positive", "n_negatives"),
 )
 SUSPICION_COLUMNS = [s.name for s in SUSPICION_STATS]
@@ -231,7 +232,8 @@ def _num_den(frame: pd.DataFrame, stats: Sequence[Stat]) -> tuple[np.ndarray, np
 @dataclass(frozen=True)
 class AuditProfile:
     """The audit profile: one row per source, plus exclusion counts, settings, thresholds and
-    negative-set descriptors."""
+    negative-set descriptors. ``n_excluded_unattributed``: excluded records whose source is not known
+    (a line that did not parse), which no row's ``n_excluded_records`` counts."""
 
     rows: tuple[Mapping[str, Any], ...]
     exclusions: Mapping[str, int] = field(default_factory=dict)
@@ -239,6 +241,7 @@ class AuditProfile:
     thresholds: Mapping[str, Any] = field(default_factory=dict)
     descriptors: Mapping[str, Any] = field(default_factory=dict)
     catch_rate: Mapping[str, Any] = field(default_factory=dict)
+    n_excluded_unattributed: int = 0
 
     def to_frame(self) -> pd.DataFrame:
         frame = pd.DataFrame(list(self.rows))
@@ -248,7 +251,7 @@ class AuditProfile:
         return frame[PROFILE_COLUMNS + extra]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "settings": dict(self.settings),
             "sources": [dict(r) for r in self.rows],
             "exclusions": dict(self.exclusions),
@@ -256,13 +259,20 @@ class AuditProfile:
             "catch_rate": dict(self.catch_rate),
             "descriptors": dict(self.descriptors),
         }
+        if self.n_excluded_unattributed:
+            out["n_excluded_unattributed"] = self.n_excluded_unattributed
+        return out
 
     def summary(self) -> str:
         frame = self.to_frame()
         cols = ["source", "kind", "n_records", "psi_mean", "psi_ci_low", "psi_ci_high"]
         cols += [c for c in ("rho_mean", "eta_mean", "inversion_rate", "margin_mean", "loss_mean") if c in frame]
         cols += [c for c in ("flags",) if c in frame]
-        return frame[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}")
+        text = frame[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}")
+        if self.n_excluded_unattributed:
+            n = self.n_excluded_unattributed
+            text += f"\n{n} excluded records of no known source (in no row's n_excluded_records; see exclusions.csv)"
+        return text
 
 
 def profile_sources(
@@ -338,7 +348,12 @@ def profile_sources(
                 row[f"{stat.ci_prefix}_ci_high"] = float(s_high[j])
         row.update((extra or {}).get(name, {}))
         rows.append(row)
-    return AuditProfile(tuple(rows), {k: excl_counts[k] for k in sorted(excl_counts)}, dict(settings or {}))
+    return AuditProfile(
+        tuple(rows),
+        {k: excl_counts[k] for k in sorted(excl_counts)},
+        dict(settings or {}),
+        n_excluded_unattributed=excl_counts.get("", 0),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
