@@ -341,3 +341,20 @@ def test_text_column_holds_each_distinct_text_once():
     assert frame.memory_usage(deep=True)["text"] < 10_000
     assert frame["text"].iloc[3] == shared and pd.isna(frame["text"].iloc[2])
     assert len(text_column([])) == 0 and text_column([None]).isna().all()
+
+
+def test_audit_negatives_texts_are_ids_into_a_table_of_distinct_texts():
+    """Audit.negatives holds each distinct text once: a categorical column whose categories are the
+    distinct negative texts and whose values equal the records' texts row by row."""
+    import transferdx as tdx
+
+    result = tdx.audit("demo", encoder=None, controls="none")
+    frame = result.negatives
+    assert isinstance(frame["text"].dtype, pd.CategoricalDtype)
+    records = {(r.source, r.qid): r for r in tdx.load("demo").records}
+    expected = [
+        records[(s, q)].negatives[i].text
+        for s, q, i in zip(frame["source"], frame["qid"], frame["neg_index"], strict=True)
+    ]
+    assert frame["text"].astype(object).tolist() == expected
+    assert len(frame["text"].cat.categories) == len(set(expected)) < len(expected)

@@ -13,6 +13,7 @@ from transferdx.auditing.core import AuditResult
 from transferdx.auditing.report import exclusions_frame, write_audit
 from transferdx.auditing.verdict import verdict_lines
 from transferdx.inputs.records import Record
+from transferdx.inputs.texts import text_column
 
 
 @dataclass(frozen=True)
@@ -38,16 +39,19 @@ class Audit:
 
     @property
     def negatives(self) -> pd.DataFrame:
-        """One row per negative, with the query's and the negative's text added."""
+        """One row per negative, with the query's and the negative's text added (categorical: an id
+        per row into the table of distinct texts, ``.cat.categories``)."""
         frame = self.result.negatives.copy()
         if not self.texts or frame.empty:
             return frame
         keys = list(zip(frame["source"], frame["qid"], strict=True))
-        frame["query"] = [self.texts[k].query if k in self.texts else None for k in keys]
-        frame["text"] = [
+        # categorical columns: codes into the distinct texts, so each text is held once however many
+        # negatives share it (a plain str column would copy every occurrence)
+        frame["query"] = text_column(self.texts[k].query if k in self.texts else None for k in keys)
+        frame["text"] = text_column(
             self.texts[k].negatives[i].text if k in self.texts else None
             for k, i in zip(keys, frame["neg_index"], strict=True)
-        ]
+        )
         return frame
 
     @property
