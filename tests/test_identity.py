@@ -198,6 +198,23 @@ def test_pooled_idf_whitespace_variants_once():
     assert abs(psi["a"] - wrong) > 1e-3
 
 
+def test_per_source_idf_whitespace_variants_once():
+    """Within one source's IDF corpus too, whitespace and case variants of a passage count once:
+    source a holds "beta gamma" twice as strings (N = 2 passages, not 3)."""
+    recs = [
+        Record("1", "alpha beta gamma", (Passage("p", "alpha delta"),), (Passage("n1", "beta  gamma\n"),), "a"),
+        Record("2", "alpha beta gamma", (Passage("p", "alpha delta"),), (Passage("n2", "Beta Gamma"),), "a"),
+    ]
+    psi = negative_residuality(recs, alnum, "per_source")["psi"].tolist()
+
+    def idf(df: int, n: int) -> float:
+        return math.log(1 + (n - df + 0.5) / (df + 0.5))
+
+    n = 2  # "alpha delta" and one "beta gamma"
+    alpha, beta, gamma = idf(1, n), idf(1, n), idf(1, n)
+    assert psi == pytest.approx([alpha / (alpha + beta + gamma)] * 2)
+
+
 def test_identity_of_text_ids_in_hand_data(raw):
     """The raw data behind the pins: 464 ids with variants, all whitespace-only (so the identity,
     which also folds case and NFKC, merges nothing the loader keeps apart)."""

@@ -196,16 +196,22 @@ class IdfContext:
     identity: np.ndarray | None = None
 
 
+def _passages(ctx: IdfContext, rows: np.ndarray) -> np.ndarray:
+    """The distinct passages among ``rows``: one row per passage identity."""
+    rows = rows.astype(np.int64)
+    return np.unique(ctx.identity[rows] if ctx.identity is not None else rows)
+
+
 def _pooled(ctx: IdfContext) -> dict[str, tuple[np.ndarray, int]]:
     rows = np.concatenate(list(ctx.source_rows.values())) if ctx.source_rows else np.array([], int)
-    if ctx.identity is not None:
-        rows = ctx.identity[rows.astype(np.int64)]
-    pooled = document_frequency(ctx.matrices.docs, np.unique(rows))
+    pooled = document_frequency(ctx.matrices.docs, _passages(ctx, rows))
     return {source: pooled for source in ctx.source_rows}
 
 
 def _per_source(ctx: IdfContext) -> dict[str, tuple[np.ndarray, int]]:
-    return {source: document_frequency(ctx.matrices.docs, rows) for source, rows in ctx.source_rows.items()}
+    return {
+        source: document_frequency(ctx.matrices.docs, _passages(ctx, rows)) for source, rows in ctx.source_rows.items()
+    }
 
 
 def _external(ctx: IdfContext) -> dict[str, tuple[np.ndarray, int]]:
