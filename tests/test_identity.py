@@ -227,3 +227,25 @@ def test_identity_of_text_ids_in_hand_data(raw):
     multi = {p: t for p, t in texts.items() if len(t) > 1}
     assert len(multi) == 464
     assert all(len({" ".join(t.split()) for t in ts}) == 1 for ts in multi.values())
+
+
+def test_beir_positives_in_numeric_id_order(data):
+    """SciFact corpus ids are integers: positives of one grade are ordered numerically (design §3),
+    so p0 of a query judged relevant for "12" and "100" is "12" (string order would pick "100")."""
+    import csv
+
+    from transferdx.inputs.formats import load_beir
+
+    qrels: dict[str, dict[str, int]] = {}
+    with open(data / "beir" / "scifact" / "qrels" / "train.tsv", newline="") as handle:
+        for row in csv.DictReader(handle, delimiter="\t"):
+            qrels.setdefault(row["query-id"], {})[row["corpus-id"]] = int(row["score"])
+    differs = {
+        q: min(d, key=lambda p: (-d[p], int(p)))
+        for q, d in qrels.items()
+        if min(d, key=lambda p: (-d[p], int(p))) != min(d, key=lambda p: (-d[p], p))
+    }
+    assert differs, "SciFact train has queries whose numeric and string p0 differ"
+    query_set = load_beir(data / "beir" / "scifact", split="train")
+    for qid, p0 in differs.items():
+        assert query_set.positives[qid][0] == p0

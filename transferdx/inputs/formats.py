@@ -807,7 +807,7 @@ def load_beir(folder: str | Path, split: str = "test", min_score: int = 1) -> Qu
     pool = {pid: beir_passage_text(doc) for pid, doc in corpus.items()}
     positives = {}
     for qid, docs in qrels.items():
-        ids = sorted((d for d, s in docs.items() if s >= min_score), key=lambda d: (-docs[d], d))
+        ids = order_by_grade([d for d, s in docs.items() if s >= min_score], docs)
         missing = [d for d in ids if d not in pool]
         if missing:
             raise InputError(
