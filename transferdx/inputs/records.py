@@ -170,6 +170,16 @@ class LoadResult:
         return sorted({r.source for r in self.records} | {e.source for e in self.exclusions if e.source})
 
 
+def text_value(value: Any, where: str) -> str:
+    """``value`` if it is a non-empty string of valid Unicode, else ``FieldProblem(where, …)``."""
+    if not isinstance(value, str):
+        raise FieldProblem(where, f"expected a string, got {type(value).__name__}")
+    if not value.strip():
+        raise FieldProblem(where, "empty string")
+    check_unicode(value, where)
+    return value
+
+
 class RecordBuilder:
     """Validates fields and applies the error policy for one input file."""
 
@@ -236,13 +246,7 @@ class RecordBuilder:
         """Return a non-empty string field or raise ``FieldProblem``."""
         if key not in obj:
             raise FieldProblem(key, "missing")
-        value = obj[key]
-        if not isinstance(value, str):
-            raise FieldProblem(key, f"expected a string, got {type(value).__name__}")
-        if not value.strip():
-            raise FieldProblem(key, "empty string")
-        check_unicode(value, key)
-        return value
+        return text_value(obj[key], key)
 
     @staticmethod
     def id_field(obj: Mapping[str, Any], key: str) -> str:

@@ -60,7 +60,6 @@ from transferdx.inputs.records import (
     LoadResult,
     Passage,
     RecordBuilder,
-    check_unicode,
     is_gzip,
     iter_jsonl,
     iter_lines,
@@ -73,6 +72,7 @@ from transferdx.inputs.records import (
     record_from_obj,
     surrogate_problem,
     text_id,
+    text_value,
 )
 
 csv.field_size_limit(sys.maxsize)
@@ -364,12 +364,7 @@ def _text(row: Mapping[str, Any], key: str, where: str | None = None) -> str:
 def _text_value(value: Any, where: str) -> str:
     if value is None:
         raise FieldProblem(where, "missing")
-    if not isinstance(value, str):
-        raise FieldProblem(where, f"expected a string, got {type(value).__name__}")
-    if not value.strip():
-        raise FieldProblem(where, "empty string")
-    check_unicode(value, where)
-    return value
+    return text_value(value, where)
 
 
 def _number(value: Any, where: str) -> float:
