@@ -21,8 +21,9 @@ import numpy as np
 
 import transferdx as tdx
 from transferdx.artifacts import canonical_json
-from transferdx.auditing.fn_eval import ALPHAS, DELTAS, eval_frame, evaluate_predictions, labels, out_of_fold, rule
+from transferdx.auditing.fn_eval import eval_frame, fn_evaluation, labels
 from transferdx.diagnostics.fn_combined import COMBINED_FILE, features, fit_combined
+from transferdx.diagnostics.suspicion import SuspicionSettings
 from transferdx.inputs.formats import load_trec_dl
 
 SHIPPED = Path(tdx.__file__).parent / "diagnostics" / COMBINED_FILE
@@ -35,28 +36,23 @@ def dl19_frame(data_dir: str | Path, cache_dir: str | Path | None = None):
     grade = loaded.relevant_grade
     loaded.relevant_grade = None  # the frame only: the audit's own evaluation needs this fit
     result = tdx.audit(loaded, encoder="minilm_l6", controls="none", cache_dir=cache_dir, resamples=1).result
-    owner = np.repeat(np.arange(len(result.records)), result.records["n_negatives"].to_numpy())
-    return eval_frame(result.negatives, result.records["s_qp"].to_numpy(dtype=np.float64)[owner]), grade
+    return eval_frame(result.negatives, result.records), grade
 
 
 def fit(data_dir: str | Path, cache_dir: str | Path | None = None) -> dict:
     frame, grade = dl19_frame(data_dir, cache_dir)
+    defaults = SuspicionSettings()
+    ev = fn_evaluation(frame, grade, alpha=defaults.alpha, delta=defaults.delta, shipped=False)
     y = labels(frame["judgment"], grade)
-    x = features(frame)
-    qids = frame["qid"].tolist()
-    oof = out_of_fold(x, y, qids)
-    cells = [(a, d) for d in DELTAS for a in ALPHAS]
-    rows = evaluate_predictions([rule(frame, a, d) for a, d in cells] + [oof], y, qids)
-    best_i = max(range(len(cells)), key=lambda i: rows[i]["f1"])
-    det = fit_combined(x, y, FITTED_ON)
-    out = det.to_dict()
+    out = fit_combined(features(frame), y, FITTED_ON).to_dict()
+    oof, best = ev["combined_out_of_fold"], ev["best"]
     out["provenance"] = {
         "script": "experiments/fit_fn_combined.py",
-        "n_negatives": len(y),
-        "n_false_negatives": int(y.sum()),
-        "base_rate": float(y.mean()),
-        "out_of_fold": {k: rows[-1][k] for k in ("precision", "recall", "f1", "f1_ci_low", "f1_ci_high")},
-        "best_rule": {"alpha": cells[best_i][0], "delta": cells[best_i][1] or "off", "f1": rows[best_i]["f1"]},
+        "n_negatives": ev["n_negatives"],
+        "n_false_negatives": ev["n_false_negatives"],
+        "base_rate": ev["base_rate"],
+        "out_of_fold": {k: oof[k] for k in ("precision", "recall", "f1", "f1_ci_low", "f1_ci_high")},
+        "best_rule": {k: best[k] for k in ("alpha", "delta", "f1")},
     }
     return out
 

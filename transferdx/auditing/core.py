@@ -204,8 +204,7 @@ def judged_evaluation(
             "status": "not_measured",
             "reason": f"no negative is judged >= {relevant_grade} (load a TREC-DL layout with labels=single)",
         }
-    owner = np.repeat(np.arange(len(per_record)), per_record["n_negatives"].to_numpy())
-    frame = eval_frame(negatives, per_record["s_qp"].to_numpy(dtype=np.float64)[owner])
+    frame = eval_frame(negatives, per_record)
     result = fn_evaluation(
         frame, relevant_grade, alpha=s.alpha, delta=s.delta, seed=seed, resamples=resamples, confidence=confidence
     )

@@ -128,10 +128,11 @@ def fn_evaluation(
     seed: int = 0,
     resamples: int = 1000,
     confidence: float = 0.95,
+    shipped: bool = True,
 ) -> dict[str, Any]:
     """The whole measurement on one frame (:data:`EVAL_COLUMNS`): base rate, the (α, δ) grid, its
     best-F1 cell, the audit's own (α, δ), per source at the audit's (α, δ), the combined detector out
-    of fold (fitted here) and the shipped detector applied as is."""
+    of fold (fitted here) and, with ``shipped``, the package's detector applied as is."""
     frame = frame.reset_index(drop=True)
     y = labels(frame["judgment"], relevant_grade)
     qids = frame["qid"].astype(str).tolist()
@@ -139,12 +140,15 @@ def fn_evaluation(
     if (alpha, delta) not in cells:
         cells.append((alpha, delta))
     x = features(frame)
-    combined = out_of_fold(x, y, qids, folds)
-    shipped = load_combined()
+    detectors = [out_of_fold(x, y, qids, folds)]
+    package = load_combined() if shipped else None
+    if package is not None:
+        detectors.append(package.predict(x))
     kw: dict[str, Any] = {"seed": seed, "resamples": resamples, "confidence": confidence}
-    rows = evaluate_predictions([rule(frame, a, d) for a, d in cells] + [combined, shipped.predict(x)], y, qids, **kw)
+    rows = evaluate_predictions([rule(frame, a, d) for a, d in cells] + detectors, y, qids, **kw)
     grid = [{"alpha": a, "delta": "off" if d is None else d, **r} for (a, d), r in zip(cells, rows, strict=False)]
-    best = max(grid[: len(alphas) * len(deltas)], key=lambda r: (np.nan_to_num(r["f1"], nan=-1.0), -r["alpha"]))
+    on_grid = grid[: len(alphas) * len(deltas)]
+    best = max(on_grid, key=lambda r: (np.nan_to_num(r["f1"], nan=-1.0), -r["alpha"]))
     chosen = next(r for r in grid if r["alpha"] == alpha and r["delta"] == delta)
     by_source = {}
     for name in sorted(frame["source"].unique()):
@@ -152,9 +156,9 @@ def fn_evaluation(
         sub = frame.loc[part]
         (r,) = evaluate_predictions([rule(sub, alpha, delta)], y[part], [qids[i] for i in part], **kw)
         by_source[str(name)] = {"n": len(part), "base_rate": float(y[part].mean()) if len(part) else float("nan"), **r}
-    oof, applied = rows[-2], rows[-1]
+    oof = rows[len(cells)]
     beats = bool(np.nan_to_num(oof["f1"], nan=-1.0) > best["f1"])
-    return {
+    out = {
         "relevant_grade": relevant_grade,
         "unjudged": "not relevant",
         "n_negatives": len(frame),
@@ -163,19 +167,22 @@ def fn_evaluation(
         "base_rate": float(y.mean()) if len(y) else float("nan"),
         # F1 of suspecting every negative, 2b/(1 + b): the floor any rule's F1 is read against
         "suspect_all_f1": float(2 * y.mean() / (1 + y.mean())) if len(y) else float("nan"),
-        "grid": grid[: len(alphas) * len(deltas)],
+        "grid": on_grid,
         "best": best,
         "audit_setting": chosen,
         "by_source": by_source,
         "combined_out_of_fold": {"folds": folds, "grouped_by": "query", **oof},
-        "combined_shipped": {"fitted_on": shipped.fitted_on, **applied},
         "combined_beats_best_rule": beats,
     }
+    if package is not None:
+        out["combined_shipped"] = {"fitted_on": package.fitted_on, **rows[-1]}
+    return out
 
 
-def eval_frame(negatives: pd.DataFrame, s_qp: np.ndarray) -> pd.DataFrame:
+def eval_frame(negatives: pd.DataFrame, records: pd.DataFrame) -> pd.DataFrame:
     """The :data:`EVAL_COLUMNS` frame from an audit's per-negative table (with the §3.9 columns) and
-    s(q,p) per negative."""
+    its per-record table (s(q,p), and ``n_negatives`` to map each negative to its record)."""
+    owner = np.repeat(np.arange(len(records)), records["n_negatives"].to_numpy())
     text_hit = negatives["fn_duplicate_positive"].fillna(False).to_numpy(bool) | negatives[
         "fn_duplicate_negative"
     ].fillna(False).to_numpy(bool)
@@ -183,7 +190,7 @@ def eval_frame(negatives: pd.DataFrame, s_qp: np.ndarray) -> pd.DataFrame:
         {
             "source": negatives["source"].to_numpy(),
             "qid": negatives["qid"].astype(str).to_numpy(),
-            "s_qp": np.asarray(s_qp, dtype=np.float64),
+            "s_qp": records["s_qp"].to_numpy(dtype=np.float64)[owner],
             "s_qn": negatives["s_qn"].to_numpy(dtype=np.float64),
             "s_pn": negatives["s_pn"].to_numpy(dtype=np.float64),
             "text_hit": text_hit,
