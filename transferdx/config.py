@@ -25,6 +25,7 @@ from transferdx.pipeline import (
     build_sources,
     load,
     load_query_set,
+    no_records_message,
     records_as_source,
     trec_dl_runs,
 )
@@ -431,8 +432,4 @@ def require_records(loaded: LoadResult, label: str | None, out: Path) -> None:
     from transferdx.auditing.report import exclusions_frame
 
     atomic_write_text(safe_join(out, "exclusions.csv"), csv_text(exclusions_frame(tuple(loaded.exclusions))))
-    first = loaded.exclusions[0]
-    raise ValueError(
-        f"no records to audit in {label}: {len(loaded.exclusions)} excluded, first {first.file}:"
-        f"{first.line}: field '{first.field}': {first.reason}; all in {out.resolve() / 'exclusions.csv'}"
-    )
+    raise ValueError(f"{no_records_message(loaded, label)}; all in {out.resolve() / 'exclusions.csv'}")

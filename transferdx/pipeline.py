@@ -320,6 +320,13 @@ def build_sources(
 # ---------------------------------------------------------------------------------------------
 
 
+def no_records_message(loaded: LoadResult, where: object) -> str:
+    """Why an input gives nothing to audit: how many items were excluded, and the first of them."""
+    ex = [f"{e.file}:{e.line}: field '{e.field}': {e.reason}" for e in loaded.exclusions[:1]]
+    why = f"{len(loaded.exclusions)} excluded, first {ex[0]}" if ex else "empty"
+    return f"no records to audit in {where}: {why}"
+
+
 def portable_label(label: str | Path) -> str:
     """An input as artifacts name it: a path by its last component (file or folder name), so the
     same data gives the same bytes wherever it lives; anything else (a dataset name) as it is."""
@@ -404,10 +411,7 @@ def audit(
         options = dataclasses.replace(options, label=str(records))
     loaded = load(records, on_error=options.on_error)
     if not loaded.records:  # nothing to audit: an error, not an empty profile
-        where = options.label or (records if isinstance(records, (str, Path)) else "the input")
-        ex = [f"{e.file}:{e.line}: field '{e.field}': {e.reason}" for e in loaded.exclusions[:1]]
-        why = f"{len(loaded.exclusions)} excluded, first {ex[0]}" if ex else "empty"
-        raise ValueError(f"no records to audit in {where}: {why}")
+        raise ValueError(no_records_message(loaded, options.label or "the input"))
     loaded, sampled_out = sample_queries(loaded, options.sample_fraction, options.seed)
     cache = make_encoder(encoder, cache_dir) if options.semantic is not None else None
     loaded, built = with_self_controls(loaded, controls, options, cache)
