@@ -159,3 +159,57 @@ def test_study_end_to_end_with_tiny_backbone(tiny_conf, tmp_path, data):
     run_cli("match", f"study_dirs=[{out}]", f"output_dir={match_out}", "repetitions=5", "resolutions=[5]")
     balance = pd.read_csv(match_out / "balance.csv")
     assert (balance["smd_after_mean"] <= balance["smd_before"]).all()
+
+
+def test_validation_preset_trains_controls_with_seeds_and_reruns_byte_for_byte(tiny_conf, tmp_path, data):
+    """+experiment=validation at toy scale: genuine sources with two seeds, controls with one, the
+    frozen backbone; the validation artifacts and tables; a re-run trains nothing and rewrites the
+    same bytes (issue 14's "done when", at the scale CI can afford)."""
+    args = [
+        "+experiment=validation",
+        "backbone=tiny_a",
+        "sources=[bm25,perturb]",
+        "controls=[own_positive_mix,random_mix_25,random_passages]",
+        "backbone.max_seq_length=32",  # the preset's 128 is past the tiny model's 64 positions
+        "seeds={genuine:[0,1],control:[0]}",
+        f"hydra.searchpath=[file://{tiny_conf / 'conf'}]",
+        f"paths.data_dir={data}",
+        f"paths.artifact_dir={tmp_path / 'artifacts'}",
+        f"paths.cache_dir={tmp_path / 'cache'}",
+        "training.max_steps=4",
+        "training.batch_size=8",
+        "training.max_seq_length=16",
+        "benchmark.max_queries=20",
+        "bootstrap.resamples=100",
+        "analysis.validation.resamples=500",
+    ]
+    first, second = tmp_path / "v1", tmp_path / "v2"
+    run_cli("study", *args, f"output_dir={first}")
+    table = pd.read_csv(first / "study.csv")
+    runs = sorted(zip(table["source"], table["seed"].fillna(-1).astype(int), strict=True))
+    genuine = [("bm25", 0), ("bm25", 1), ("perturb", 0), ("perturb", 1)]
+    controls = [("own_positive_mix", 0), ("random_mix_25", 0), ("random_passages", 0)]
+    assert runs == sorted([("(frozen)", -1), *genuine, *controls])
+    assert dict(zip(table["source"], table["kind"], strict=True))["own_positive_mix"] == "control"
+    assert (first / "evaluate/bm25/seed1/scifact/per_query.csv").is_file()
+    assert (first / "evaluate/own_positive_mix/scifact/per_query.csv").is_file()  # one seed: no seed folder
+    transfer = pd.read_csv(first / "tables/validation/tiny_a/transfer.csv")
+    assert set(transfer["source"]) == {
+        "bm25",
+        "perturb",
+        "own_positive_mix",
+        "random_mix_25",
+        "random_passages",
+        "(frozen)",
+    }
+    assert transfer.set_index("source").loc["bm25", "n_seeds"] == 2
+    rungs = pd.read_csv(first / "tables/validation/tiny_a/ladder_rungs.csv")
+    assert list(rungs["source"]) == ["bm25", "random_mix_25", "random_passages"]
+    for name in ("validation_transfer", "validation_pairs", "validation_audit", "validation_ladder"):
+        assert (first / "tables" / f"{name}.md").is_file(), name
+    models = sorted(p.name for p in (tmp_path / "artifacts").rglob("final"))
+    run_cli("study", *args, f"output_dir={second}")
+    assert sorted(p.name for p in (tmp_path / "artifacts").rglob("final")) == models  # nothing retrained
+    for path in sorted((first / "tables").rglob("*")):
+        if path.is_file() and path.name != "manifest.json":
+            assert path.read_bytes() == (second / "tables" / path.relative_to(first / "tables")).read_bytes(), path

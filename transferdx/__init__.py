@@ -34,6 +34,7 @@ from transferdx.pipeline import (
     render_tables,
     study,
     train,
+    validate,
 )
 from transferdx.training import TrainResult, TrainSettings
 
@@ -74,4 +75,5 @@ __all__ = [
     "render_tables",
     "study",
     "train",
+    "validate",
 ]

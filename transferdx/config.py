@@ -417,6 +417,8 @@ def study_call(cfg: DictConfig) -> dict[str, Any]:
         "analysis": analysis_settings(cfg.analysis),
         "sensitivity_dirs": list(cfg.get("sensitivity_dirs") or cfg.analysis.get("sensitivity_dirs") or []),
         "evaluate_frozen": bool(cfg.get("evaluate_frozen")),
+        "seeds": plain(cfg.get("seeds")),
+        "train_controls": bool(cfg.get("train_controls")),
         "tables": bool(cfg.get("tables_after")),
         "artifact_dir": str(cfg.paths.artifact_dir),
         "cache_dir": str(cfg.paths.cache_dir),

@@ -113,7 +113,10 @@ class AnalysisSettings:
 
     ``blocks``: setting → its sources; ``diagnostics``: profile column → direction (+1: higher
     predicts better transfer); ``statistics``: record-level columns re-computed on ψ-matched
-    samples; ``sensitivity_base``: the run every sensitivity audit is compared with."""
+    samples; ``sensitivity_base``: the run every sensitivity audit is compared with;
+    ``validation``: for a study that trained controls too, the extra diagnostics (with directions;
+    ``n_flags`` = flags a source carries), the random-mix ladder (source → share of random slots;
+    its parent is dose 0) and the two-level bootstrap's resamples."""
 
     blocks: Mapping[str, Sequence[str]] = field(
         default_factory=lambda: {
@@ -147,9 +150,26 @@ class AnalysisSettings:
         "sensitivity",
         "uncertainty",
         "matching",
+        "validation_transfer",
+        "validation_pairs",
+        "validation_audit",
+        "validation_ladder",
     )
     formats: Sequence[str] = ("md", "tex", "csv")
     figures: bool = True
+    validation: Mapping[str, Any] = field(
+        default_factory=lambda: {
+            "diagnostics": {"fn_suspect_rate": -1, "duplicate_positive_rate": -1, "n_flags": -1},
+            "ladder": {
+                "random_mix_25": 0.25,
+                "random_mix_50": 0.5,
+                "random_mix_75": 0.75,
+                "random_mix_100": 1.0,
+                "random_passages": 1.0,
+            },
+            "resamples": 10000,
+        }
+    )
     labels: Mapping[str, str] = field(
         default_factory=lambda: {
             "minilm_l6": "MiniLM-L6",
@@ -516,6 +536,35 @@ def evaluate(
     return pd.DataFrame(rows)
 
 
+def training_seeds(kind: str, seeds: Sequence[int] | Mapping[str, Sequence[int]] | None, default: int) -> list[int]:
+    """The training seeds of a source of ``kind`` (``seeds`` per kind, one list, or ``[default]``)."""
+    if seeds is None:
+        return [default]
+    if isinstance(seeds, Mapping):
+        if kind not in seeds:
+            raise ValueError(f"seeds name no list for kind {kind!r}; given: {sorted(seeds)}")
+        chosen = seeds[kind]
+    else:
+        chosen = seeds
+    out = [int(k) for k in chosen]
+    if not out or len(set(out)) != len(out):
+        raise ValueError(f"training seeds must be a non-empty list without repeats, got {out}")
+    return out
+
+
+def training_plan(
+    sources: Sequence[str],
+    kinds: Mapping[str, str],
+    seeds: Sequence[int] | Mapping[str, Sequence[int]] | None,
+    default: int = 0,
+) -> list[tuple[str, int]]:
+    """(source, seed) runs in the order they are trained: every source's first seed, then every
+    source's second, … — so an interrupted run has already seen each source once."""
+    per = {s: training_seeds(kinds.get(s, "genuine"), seeds, default) for s in sources}
+    rounds = max((len(v) for v in per.values()), default=0)
+    return [(s, per[s][i]) for i in range(rounds) for s in sources if i < len(per[s])]
+
+
 @dataclass(frozen=True)
 class StudyResult:
     """``table``: study.csv (one row per backbone × source × dataset); ``tables``: name → rendered
@@ -540,10 +589,17 @@ def study(
     tables: bool = True,
     artifact_dir: str | Path = "outputs/artifacts",
     cache_dir: str | Path | None = None,
+    seeds: Sequence[int] | Mapping[str, Sequence[int]] | None = None,
+    train_controls: bool = False,
 ) -> StudyResult:
-    """One backbone's study: audit ``loaded`` (into ``out/audit``), train one retriever per source,
-    evaluate each (and the frozen backbone), write ``study.csv`` (diagnostics next to nDCG@10),
-    then agree → match → tables into ``out/tables``."""
+    """One backbone's study: audit ``loaded`` (into ``out/audit``), train one retriever per source
+    and seed, evaluate each (and the frozen backbone), write ``study.csv`` (diagnostics next to
+    nDCG@10, one row per source × seed × dataset), then agree → match → tables into ``out/tables``.
+
+    ``seeds``: training seeds, one list for every source or per kind (``{"genuine": [0, 1, 2],
+    "control": [0, 1]}``); default ``[options.seed]``. ``train_controls``: train on the controls in
+    ``loaded`` too (known-truth validation; the tables then add the validation tables). With more
+    than one seed a source's evaluations go to ``evaluate/<source>/seed<k>/``."""
     out = Path(out)
     options = options or AuditOptions()
     spec = encoder_spec(encoder)
@@ -557,21 +613,29 @@ def study(
         frozen = evaluate(
             spec, benchmark, out=safe_join(out, "evaluate/frozen"), cache_dir=cache_dir, seed=options.seed
         )
-        rows += [{"backbone": spec.name, "source": "(frozen)", **r} for r in frozen.to_dict("records")]
-    for source in sources:
+        rows += [
+            {"backbone": spec.name, "source": "(frozen)", "kind": "frozen", **r} for r in frozen.to_dict("records")
+        ]
+    kinds = {r.source: r.kind for r in loaded.records}
+    trained = list(sources) + [s for s in dict.fromkeys(kinds) if train_controls and kinds[s] == "control"]
+    from tqdm.auto import tqdm
+
+    plan = training_plan(trained, kinds, seeds, options.seed)
+    for source, seed in tqdm(plan, desc=f"{spec.name}: train and evaluate", unit="run", disable=len(plan) < 2):
+        several = len(training_seeds(kinds.get(source, "genuine"), seeds, options.seed)) > 1
         records = [r for r in loaded.records if r.source == source]
-        trained = train(
+        trained_model = train(
             records,
             encoder=spec,
             source=source,
             settings=training,
-            seed=options.seed,
+            seed=seed,
             artifact_dir=artifact_dir,
             cache_dir=cache_dir,
             progress=False,
         )
-        checkpoint = checkpoint_spec(trained.model_dir, f"{spec.name}-{source}")
-        folder = safe_join(out, f"evaluate/{source}")
+        checkpoint = checkpoint_spec(trained_model.model_dir, f"{spec.name}-{source}")
+        folder = safe_join(out, f"evaluate/{source}" + (f"/seed{seed}" if several else ""))
         scores = evaluate(checkpoint, benchmark, out=folder, cache_dir=cache_dir, seed=options.seed)
         diag = {
             c: profile.loc[source, c]
@@ -579,7 +643,17 @@ def study(
             if c in profile.columns
         }
         for row in scores.to_dict("records"):
-            rows.append({"backbone": spec.name, "source": source, **diag, **row, "model_dir": str(trained.model_dir)})
+            rows.append(
+                {
+                    "backbone": spec.name,
+                    "source": source,
+                    "kind": kinds.get(source, ""),
+                    "seed": seed,
+                    **diag,
+                    **row,
+                    "model_dir": str(trained_model.model_dir),
+                }
+            )
     table = pd.DataFrame(rows)
     atomic_write_text(safe_join(out, "study.csv"), csv_text(table))
     rendered: dict[str, Any] = {}
@@ -625,6 +699,32 @@ def match(
     )
 
 
+def validate(
+    studies: Sequence[str | Path] | Sequence[dict[str, Any]], settings: AnalysisSettings | None = None
+) -> dict[str, dict[str, pd.DataFrame]]:
+    """Known-truth validation of every study that trained controls as well as genuine sources
+    (``transferdx-study +experiment=validation``): backbone → transfer with query and seed
+    intervals, pairwise differences (Holm, seed-consistent), (a) flag check, (b) diagnostic
+    agreement over all and genuine sources, (c) the random-mix ladder. Studies without a trained
+    control are left out."""
+    s = settings or AnalysisSettings()
+    v = {"diagnostics": {}, "ladder": {}, "resamples": 10000, **dict(s.validation)}
+    diagnostics = {**dict(s.diagnostics), **dict(v["diagnostics"])}
+    out = {}
+    for study in _as_studies(studies):
+        if "control" in study["kinds"].values() and len(study["per_query_seeds"]) >= 2:
+            out[study["backbone"]] = _studies.validate(
+                study, diagnostics, dict(v["ladder"]), int(v["resamples"]), alpha=s.alpha, seed=s.seed
+            )
+    return out
+
+
+def write_validation(out: Mapping[str, Mapping[str, pd.DataFrame]], folder: Path) -> None:
+    for backbone, frames in out.items():
+        for name, frame in frames.items():
+            atomic_write_text(safe_join(folder, f"{backbone}/{name}.csv"), csv_text(frame))
+
+
 def write_agreement(out: Mapping[str, Any], folder: Path) -> None:
     atomic_write_text(safe_join(folder, "agreement.csv"), csv_text(out["agreement"]))
     atomic_write_text(safe_join(folder, "blocks_recovered.csv"), csv_text(out["blocks_recovered"], index=True))
@@ -659,7 +759,8 @@ def render_tables(
     ``agree_dir``/``match_dir`` or computed and stored under ``out``. Returns name → table (a reason
     string for each table whose inputs are missing)."""
     from transferdx.paper.figures import FIGURES
-    from transferdx.paper.tables import Study, Table, TableInputs, relative, render
+    from transferdx.paper.tables import TABLES, Study, Table, TableInputs, relative, render
+    from transferdx.paper.validation_tables import VALIDATION_TABLES
 
     s = settings or AnalysisSettings()
     folder = Path(out)
@@ -670,6 +771,8 @@ def render_tables(
     match_path = Path(match_dir) if match_dir else safe_join(folder, "match")
     if not match_dir:
         write_matching(match(studies, s), match_path)
+    validation = validate(studies, s)
+    write_validation(validation, safe_join(folder, "validation"))
     sens_paths = _studies.expand(list(sensitivity_dirs), "profile.json") if sensitivity_dirs else []
     inputs = [Path(st["folder"]) for st in studies] + [*sens_paths]
     inputs += [d for d, given in ((agree_path, agree_dir), (match_path, match_dir)) if given]
@@ -709,12 +812,16 @@ def render_tables(
         base=dict(s.sensitivity_base),
         stability_diagnostic=s.stability_diagnostic,
         labels=dict(s.labels),
+        validation={b: dict(f) for b, f in validation.items()},
+        validation_folder=rel(folder / "validation"),
+        ladder={k: float(v) for k, v in dict(s.validation).get("ladder", {}).items()},
     )
     sens = None
     if runs:
         sens = sensitivity(runs, artifacts.base, blocks, artifacts.diagnostics, s.in_family)
         atomic_write_text(safe_join(folder, "sensitivity_runs.csv"), csv_text(sens))
-    rendered = render(artifacts, list(s.tables), sens, rel(folder / "sensitivity_runs.csv"))
+    builders = {**TABLES, **VALIDATION_TABLES}
+    rendered = render(artifacts, list(s.tables), sens, rel(folder / "sensitivity_runs.csv"), builders)
     writers: dict[str, Callable[[Table], str]] = {"md": Table.to_markdown, "tex": Table.to_latex, "csv": Table.to_csv}
     combined, skipped = [], {}
     for name, table in rendered.items():
@@ -732,7 +839,9 @@ def render_tables(
     atomic_write_text(safe_join(folder, "tables.md"), "\n".join(combined))
     if s.figures:
         for name, plot in FIGURES.items():
-            atomic_write_bytes(safe_join(folder, f"figures/{name}.png"), plot(artifacts))
+            image = plot(artifacts)
+            if image is not None:  # a figure whose artifacts are missing (the validation ladder)
+                atomic_write_bytes(safe_join(folder, f"figures/{name}.png"), image)
     manifest = {"root": str(root), "inputs": sorted(rel(p) for p in inputs), "skipped": skipped}
     atomic_write_text(safe_join(folder, "manifest.json"), canonical_json(manifest))
     return rendered
@@ -764,4 +873,5 @@ __all__ = [
     "study",
     "train",
     "trec_dl_runs",
+    "validate",
 ]

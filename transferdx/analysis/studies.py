@@ -3,7 +3,8 @@
 
 A study folder (``transferdx-study`` output) holds ``study.csv`` (one row per backbone × source ×
 dataset with the diagnostics and nDCG@10), ``audit/profile.csv``, ``audit/records.csv`` and
-``evaluate/<source>/<dataset>/per_query.csv``.
+``evaluate/<source>/<dataset>/per_query.csv`` (``evaluate/<source>/seed<k>/<dataset>/`` for a
+source trained with several seeds; ``evaluate/frozen/`` for the frozen backbone).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from transferdx.analysis import validation as _validation
 from transferdx.analysis.agreement import (
     blocks_recovered,
     ordering,
@@ -60,14 +62,17 @@ def read_study(folder: str | Path) -> dict[str, Any]:
         if not (folder / needed).is_file():
             raise FileNotFoundError(f"{folder / needed} is missing: is {folder} a transferdx-study output?")
     study = pd.read_csv(folder / "study.csv")
+    frozen = _per_query(folder / "evaluate" / "frozen")
     study = study[study["source"] != "(frozen)"]
     backbone = str(study["backbone"].iloc[0])
-    transfer = study.groupby("source")[["ndcg@10"]].mean()  # mean over datasets
+    transfer = study.groupby("source")[["ndcg@10"]].mean()  # mean over seeds and datasets
+    seed_of = study.groupby("source")["seed"].min().to_dict() if "seed" in study else {}
+    per_seed = {s: _per_query_seeds(folder / "evaluate" / s, int(seed_of.get(s, 0))) for s in transfer.index}
     per_query: dict[str, dict[str, np.ndarray]] = {}
-    for source in transfer.index:
-        for path in sorted((folder / "evaluate" / source).glob("*/per_query.csv")):
-            frame = pd.read_csv(path, dtype={"qid": str}).sort_values("qid")
-            per_query.setdefault(source, {})[path.parent.name] = frame["ndcg@10"].to_numpy()
+    for source, by_dataset in per_seed.items():
+        for dataset, by_seed in by_dataset.items():
+            per_query.setdefault(source, {})[dataset] = np.mean(list(by_seed.values()), axis=0)
+    kinds = study.drop_duplicates("source").set_index("source")["kind"].to_dict() if "kind" in study else {}
     return {
         "folder": str(folder),
         "backbone": backbone,
@@ -76,8 +81,34 @@ def read_study(folder: str | Path) -> dict[str, Any]:
         "profile": pd.read_csv(folder / "audit/profile.csv").set_index("source"),
         "records": pd.read_csv(folder / "audit/records.csv", dtype={"qid": str}),
         "transfer": transfer,
-        "per_query": per_query,
+        "per_query": per_query,  # source → dataset → nDCG@10 per query, mean over seeds
+        "per_query_seeds": per_seed,  # source → dataset → seed → nDCG@10 per query
+        "frozen": frozen,  # dataset → nDCG@10 per query of the frozen backbone ({} when not evaluated)
+        "kinds": kinds,
     }
+
+
+def _per_query(folder: Path) -> dict[str, np.ndarray]:
+    """dataset → nDCG@10 per query (sorted by qid) from ``folder/<dataset>/per_query.csv``."""
+    out = {}
+    for path in sorted(folder.glob("*/per_query.csv")):
+        frame = pd.read_csv(path, dtype={"qid": str}).sort_values("qid")
+        out[path.parent.name] = frame["ndcg@10"].to_numpy()
+    return out
+
+
+def _per_query_seeds(folder: Path, single: int = 0) -> dict[str, dict[int, np.ndarray]]:
+    """dataset → seed → nDCG@10 per query: ``seed<k>/<dataset>/`` folders, or the one seed
+    ``single`` of a source trained once (``<dataset>/``)."""
+    out: dict[str, dict[int, np.ndarray]] = {}
+    seeded = sorted(folder.glob("seed*/"), key=lambda p: int(p.name[4:]) if p.name[4:].isdigit() else -1)
+    for sub in seeded:
+        if sub.name[4:].isdigit():
+            for dataset, scores in _per_query(sub).items():
+                out.setdefault(dataset, {})[int(sub.name[4:])] = scores
+    for dataset, scores in _per_query(folder).items():
+        out.setdefault(dataset, {})[single] = scores
+    return out
 
 
 def _present(blocks: Mapping[str, Sequence[str]], sources: Sequence[str]) -> dict[str, list[str]]:
@@ -136,4 +167,58 @@ def match_studies(
     return {
         "matched": pd.concat(matched, ignore_index=True) if matched else pd.DataFrame(),
         "balance": pd.concat(balance, ignore_index=True) if balance else pd.DataFrame(),
+    }
+
+
+def ladder_doses(study: Mapping[str, Any], ladder: Mapping[str, float]) -> dict[str, float]:
+    """The random-mix ladder present in a study: each trained rung with its dose, and the rungs'
+    parent source (from the build descriptors) at dose 0."""
+    trained = set(study["per_query_seeds"])
+    doses = {s: float(d) for s, d in ladder.items() if s in trained}
+    descriptors = study["profile_json"].get("descriptors", {})
+    parents = {descriptors.get(s, {}).get("parent_source") for s in doses if s.startswith("random_mix")}
+    for parent in sorted(p for p in parents if p):
+        if parent in trained:
+            doses.setdefault(parent, 0.0)
+    return doses
+
+
+def validate(
+    study: Mapping[str, Any],
+    diagnostics: Mapping[str, int],
+    ladder: Mapping[str, float],
+    resamples: int = 10000,
+    confidence: float = 0.95,
+    alpha: float = 0.05,
+    seed: int = 0,
+) -> dict[str, pd.DataFrame]:
+    """Known-truth validation of one study (see :mod:`transferdx.analysis.validation`): transfer with
+    intervals, pairwise differences, (a) flag check, (b) diagnostic agreement, (c) ladder rungs and
+    trend."""
+    from transferdx.auditing.profiles import ALL_FLAG_RULES
+
+    scores = study["per_query_seeds"]
+    kinds = {s: str(study["kinds"].get(s, study["profile"].get("kind", {}).get(s, ""))) for s in scores}
+    frozen = study["frozen"] or None
+    transfer = _validation.transfer_table(scores, frozen, kinds, resamples, confidence, seed)
+    pairs = _validation.pairwise_differences(scores, resamples, confidence, alpha, seed)
+    boot = _validation.resample(scores, None, resamples, seed)
+    profile = study["profile"]
+    rules = [r.name for r in ALL_FLAG_RULES if r.column in profile.columns]
+    flags = _validation.flag_check(profile, transfer, pairs, rules)
+    agreement = _validation.diagnostic_agreement(
+        profile, boot, _validation.point(scores), kinds, diagnostics, confidence
+    )
+    doses = ladder_doses(study, ladder)
+    named = [d for d in diagnostics if d != "n_flags"]
+    rungs, trend = _validation.dose_response(profile, transfer, boot, doses, named, confidence)
+    missed = pd.DataFrame({"source": _validation.missed_defects(profile, transfer, pairs)}, dtype=str)
+    return {
+        "transfer": transfer,
+        "pairs": pairs,
+        "flags": flags,
+        "missed": missed,
+        "agreement": agreement,
+        "ladder_rungs": rungs,
+        "ladder_trend": trend,
     }

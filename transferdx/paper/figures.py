@@ -121,4 +121,59 @@ def profiles(a: TableInputs) -> bytes:
     return png_bytes(plt, fig)
 
 
-FIGURES = {"agreement_scatter": agreement_scatter, "control_ladder": control_ladder, "profiles": profiles}
+def validation_ladder(a: TableInputs) -> bytes | None:
+    """(c) of the known-truth validation: nDCG@10 of the trained ladder rungs against the dose (two-level
+    interval, each seed as a dot; the genuine sources' range shaded, the frozen backbone dashed),
+    next to each diagnostic against the same dose (audit intervals). None without a validation."""
+    frames = [(b, f) for b, f in a.validation.items() if len(f["ladder_rungs"]) >= 2]
+    if not frames:
+        return None
+    plt = _pyplot()
+    measures = [m for m in frames[0][1]["ladder_trend"]["measure"] if m in frames[0][1]["ladder_rungs"].columns]
+    fig, axes = plt.subplots(
+        len(frames), 1 + len(measures), figsize=(2.7 * (1 + len(measures)), 2.7 * len(frames)), dpi=100, squeeze=False
+    )
+    for i, (backbone, f) in enumerate(frames):
+        rungs, trend = f["ladder_rungs"], f["ladder_trend"].set_index("measure")
+        dose = rungs["dose"].to_numpy(float)
+        ax = axes[i][0]
+        kinds = f["transfer"].groupby("kind")["ndcg10"]
+        if "genuine" in kinds.groups:
+            low, high = kinds.get_group("genuine").min(), kinds.get_group("genuine").max()
+            ax.axhspan(float(low), float(high), color="tab:green", alpha=0.15, label="genuine range")
+        if "frozen" in kinds.groups:
+            ax.axhline(float(kinds.get_group("frozen").iloc[0]), color="gray", ls="--", lw=1, label="frozen")
+        y = rungs["ndcg10"].to_numpy(float)
+        err = [np.maximum(0, y - rungs["ci_low"].to_numpy(float)), np.maximum(0, rungs["ci_high"].to_numpy(float) - y)]
+        ax.errorbar(dose, y, yerr=err, fmt="o-", capsize=3, color="tab:blue", label="mean over seeds")
+        for x, seeds in zip(dose, rungs["seeds"], strict=True):
+            vals = [float(v.split(":")[1]) for v in str(seeds).split()]
+            ax.plot([x] * len(vals), vals, ".", color="tab:blue", alpha=0.5)
+        first = trend.iloc[0]
+        ax.set_title(f"{a.label(backbone)}: nDCG@10 (ρ_dose = {first['spearman_dose']:.2f})", fontsize=8)
+        ax.set_ylabel("nDCG@10", fontsize=8)
+        ax.legend(fontsize=6, frameon=False)
+        for j, m in enumerate(measures, start=1):
+            ax = axes[i][j]
+            v = rungs[m].to_numpy(float)
+            if f"{m}_ci_low" in rungs.columns:
+                e = [
+                    np.maximum(0, v - rungs[f"{m}_ci_low"].to_numpy(float)),
+                    np.maximum(0, rungs[f"{m}_ci_high"].to_numpy(float) - v),
+                ]
+                ax.errorbar(dose, v, yerr=e, fmt="o-", capsize=3, color="tab:orange")
+            else:
+                ax.plot(dose, v, "o-", color="tab:orange")
+            ax.set_title(f"{m} (ρ_dose = {trend.loc[m, 'spearman_dose']:.2f})", fontsize=8)
+        for ax in axes[i]:
+            ax.set_xlabel("share of slots random", fontsize=8)
+            ax.tick_params(labelsize=7)
+    return png_bytes(plt, fig)
+
+
+FIGURES = {
+    "agreement_scatter": agreement_scatter,
+    "control_ladder": control_ladder,
+    "profiles": profiles,
+    "validation_ladder": validation_ladder,
+}

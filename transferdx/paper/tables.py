@@ -227,6 +227,9 @@ class TableInputs:
     base: Mapping[str, Any] = field(default_factory=dict)
     stability_diagnostic: str = "composite_logdet"
     labels: Mapping[str, str] = field(default_factory=dict)
+    validation: Mapping[str, Mapping[str, pd.DataFrame]] = field(default_factory=dict)  # backbone → frames
+    validation_folder: str = ""
+    ladder: Mapping[str, float] = field(default_factory=dict)
 
     def label(self, name: str) -> str:
         return str(self.labels.get(name, name))
@@ -281,10 +284,11 @@ def transfer_ndcg(a: TableInputs) -> Table:
                 sel = study.results[study.results["source"] == source]
                 row: list[Any] = [a.label(study.backbone), _setting_label(setting), source_label(source)]
                 for d in datasets:
-                    hit = sel[sel["dataset"] == d]
-                    value = float(hit["ndcg@10"].iloc[0]) if len(hit) else float("nan")
+                    hit = sel[sel["dataset"] == d]  # one row per training seed
+                    value = float(hit["ndcg@10"].mean()) if len(hit) else float("nan")
+                    where = f"source={source}; dataset={d}; column=ndcg@10"
                     row.append(
-                        Cell(value, f"{study.folder}/study.csv", f"source={source}; dataset={d}; column=ndcg@10")
+                        Cell(value, f"{study.folder}/study.csv", where + ("; mean over seeds" if len(hit) > 1 else ""))
                     )
                 row.append(
                     Cell(
@@ -775,9 +779,15 @@ TABLES: dict[str, Callable[[TableInputs], Table]] = {
 
 
 def render(
-    a: TableInputs, names: Sequence[str], sensitivity: pd.DataFrame | None = None, sensitivity_file: str = ""
+    a: TableInputs,
+    names: Sequence[str],
+    sensitivity: pd.DataFrame | None = None,
+    sensitivity_file: str = "",
+    builders: Mapping[str, Callable[[TableInputs], Table]] | None = None,
 ) -> dict[str, Table | str]:
-    """Build the named tables; a table whose artifacts are missing maps to the reason (a string)."""
+    """Build the named tables (``builders``: name → builder, default :data:`TABLES`); a table whose
+    artifacts are missing maps to the reason (a string)."""
+    builders = TABLES if builders is None else builders
     out: dict[str, Table | str] = {}
     for name in names:
         if name == "sensitivity":
@@ -786,10 +796,10 @@ def render(
             else:
                 out[name] = sensitivity_table(a, sensitivity, sensitivity_file)
             continue
-        if name not in TABLES:
-            raise ValueError(f"unknown table {name!r}; valid: {[*sorted(TABLES), 'sensitivity']}")
+        if name not in builders:
+            raise ValueError(f"unknown table {name!r}; valid: {[*sorted(builders), 'sensitivity']}")
         try:
-            out[name] = TABLES[name](a)
+            out[name] = builders[name](a)
         except (ValueError, KeyError) as exc:
             out[name] = str(exc)
     return out
