@@ -47,6 +47,15 @@ def _interval(low: float, high: float) -> str:
     return f"[{low:.3f}, {high:.3f}]"
 
 
+def _evidence(hit: Mapping[str, Any]) -> str:
+    """``Source (margin [interval])``: the weakest unflagged genuine source's nDCG@10 minus the flagged
+    source's (> 0: the flagged source trains worse), with its two-level interval."""
+    label = source_label(str(hit["source"]))
+    if pd.isna(hit.get("margin")):
+        return label
+    return f"{label} ({hit['margin']:+.3f} {_interval(hit['margin_ci_low'], hit['margin_ci_high'])})"
+
+
 def transfer_table(a: TableInputs) -> Table:
     """Transfer per trained source: nDCG@10 (mean over seeds), its interval over queries and seeds,
     the seed spread, and the change from the frozen backbone."""
@@ -140,7 +149,7 @@ def audit_table(a: TableInputs) -> Table:
             rule = "any" if name == "n_flags" else RULE_OF.get(name, "")
             row: list[Any] = [a.label(backbone), SHORT.get(name, name), rule or "—"]
             hits = flags[(flags["flag"] == rule) & flags["source"].fillna("").astype(bool)] if rule else flags[:0]
-            row.append(", ".join(source_label(s) for s in hits["source"]) or ("none" if rule else "—"))
+            row.append("; ".join(_evidence(h) for h in hits.to_dict("records")) or ("none" if rule else "—"))
             if len(hits):
                 where = f"flag={rule}"
                 row.append(
@@ -149,7 +158,7 @@ def audit_table(a: TableInputs) -> Table:
                         backbone,
                         "flags",
                         f"{where}; count of worse_than_all",
-                        f"{int(hits['worse_than_all'].astype(bool).sum())}/{len(hits)}",
+                        f"{int(hits['worse_than_all'].eq(True).sum())}/{len(hits)}",
                     )
                 )
                 row.append(
@@ -158,7 +167,7 @@ def audit_table(a: TableInputs) -> Table:
                         backbone,
                         "flags",
                         f"{where}; count of established_vs_all",
-                        f"{int(hits['established_vs_all'].astype(bool).sum())}/{len(hits)}",
+                        f"{int(hits['established_vs_all'].eq(True).sum())}/{len(hits)}",
                     )
                 )
             else:
@@ -180,9 +189,10 @@ def audit_table(a: TableInputs) -> Table:
         if len(f["missed"])
     ]
     notes = (
-        "Flagged ⇒ worse: flagged trained sources whose nDCG@10 is below every unflagged genuine source "
-        "(point estimate) / with every such difference established. Spearman interval: over the transfer "
-        "resamples, the diagnostic held at its audited value.",
+        "Flagged (trained): each flagged source with the weakest unflagged genuine source's nDCG@10 minus its own "
+        "(> 0: it trains worse) and that difference's interval. Flagged ⇒ worse: flagged trained sources whose "
+        "nDCG@10 is below every unflagged genuine source (point estimate) / with every such difference "
+        "established. Spearman interval: over the transfer resamples, the diagnostic held at its audited value.",
         "Controls no flag marks although they train established-worse than every genuine source: "
         + ("; ".join(missed) if missed else "none."),
     )
