@@ -130,13 +130,18 @@ def validation_ladder(a: TableInputs) -> bytes | None:
         return None
     plt = _pyplot()
     measures = [m for m in frames[0][1]["ladder_trend"]["measure"] if m in frames[0][1]["ladder_rungs"].columns]
-    fig, axes = plt.subplots(
-        len(frames), 1 + len(measures), figsize=(2.7 * (1 + len(measures)), 2.7 * len(frames)), dpi=100, squeeze=False
+    cols = min(5, 1 + len(measures))
+    per = math.ceil((1 + len(measures)) / cols)  # grid rows per backbone
+    fig, grid = plt.subplots(
+        per * len(frames), cols, figsize=(3.0 * cols, 2.8 * per * len(frames)), dpi=100, squeeze=False
     )
     for i, (backbone, f) in enumerate(frames):
+        panels = [grid[i * per + k // cols][k % cols] for k in range(per * cols)]
+        for unused in panels[1 + len(measures) :]:
+            unused.axis("off")
         rungs, trend = f["ladder_rungs"], f["ladder_trend"].set_index("measure")
         dose = rungs["dose"].to_numpy(float)
-        ax = axes[i][0]
+        ax = panels[0]
         kinds = f["transfer"].groupby("kind")["ndcg10"]
         if "genuine" in kinds.groups:
             low, high = kinds.get_group("genuine").min(), kinds.get_group("genuine").max()
@@ -154,7 +159,7 @@ def validation_ladder(a: TableInputs) -> bytes | None:
         ax.set_ylabel("nDCG@10", fontsize=8)
         ax.legend(fontsize=6, frameon=False)
         for j, m in enumerate(measures, start=1):
-            ax = axes[i][j]
+            ax = panels[j]
             v = rungs[m].to_numpy(float)
             if f"{m}_ci_low" in rungs.columns:
                 e = [
@@ -165,7 +170,7 @@ def validation_ladder(a: TableInputs) -> bytes | None:
             else:
                 ax.plot(dose, v, "o-", color="tab:orange")
             ax.set_title(f"{m} (ρ_dose = {trend.loc[m, 'spearman_dose']:.2f})", fontsize=8)
-        for ax in axes[i]:
+        for ax in panels[: 1 + len(measures)]:
             ax.set_xlabel("share of slots random", fontsize=8)
             ax.tick_params(labelsize=7)
     return png_bytes(plt, fig)
