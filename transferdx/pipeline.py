@@ -814,7 +814,6 @@ def render_tables(
         labels=dict(s.labels),
         validation={b: dict(f) for b, f in validation.items()},
         validation_folder=rel(folder / "validation"),
-        ladder={k: float(v) for k, v in dict(s.validation).get("ladder", {}).items()},
     )
     sens = None
     if runs:

@@ -101,11 +101,9 @@ def _per_query_seeds(folder: Path, single: int = 0) -> dict[str, dict[int, np.nd
     """dataset → seed → nDCG@10 per query: ``seed<k>/<dataset>/`` folders, or the one seed
     ``single`` of a source trained once (``<dataset>/``)."""
     out: dict[str, dict[int, np.ndarray]] = {}
-    seeded = sorted(folder.glob("seed*/"), key=lambda p: int(p.name[4:]) if p.name[4:].isdigit() else -1)
-    for sub in seeded:
-        if sub.name[4:].isdigit():
-            for dataset, scores in _per_query(sub).items():
-                out.setdefault(dataset, {})[int(sub.name[4:])] = scores
+    for seed in sorted(int(p.name[4:]) for p in folder.glob("seed*/") if p.name[4:].isdigit()):
+        for dataset, scores in _per_query(folder / f"seed{seed}").items():
+            out.setdefault(dataset, {})[seed] = scores
     for dataset, scores in _per_query(folder).items():
         out.setdefault(dataset, {})[single] = scores
     return out
@@ -198,11 +196,11 @@ def validate(
     from transferdx.auditing.profiles import ALL_FLAG_RULES
 
     scores = study["per_query_seeds"]
-    kinds = {s: str(study["kinds"].get(s, study["profile"].get("kind", {}).get(s, ""))) for s in scores}
+    kinds = {s: str(study["kinds"].get(s, "")) for s in scores}
     frozen = study["frozen"] or None
-    transfer = _validation.transfer_table(scores, frozen, kinds, resamples, confidence, seed)
-    pairs = _validation.pairwise_differences(scores, resamples, confidence, alpha, seed)
-    boot = _validation.resample(scores, None, resamples, seed)
+    boot = _validation.resample(scores, frozen, resamples, seed)  # one draw serves every statistic
+    transfer = _validation.transfer_table(scores, frozen, kinds, resamples, confidence, seed, boot)
+    pairs = _validation.pairwise_differences(scores, resamples, confidence, alpha, seed, boot)
     profile = study["profile"]
     rules = [r.name for r in ALL_FLAG_RULES if r.column in profile.columns]
     flags = _validation.flag_check(profile, transfer, pairs, rules)

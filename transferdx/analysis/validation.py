@@ -135,13 +135,15 @@ def transfer_table(
     resamples: int = 10000,
     confidence: float = 0.95,
     seed: int = 0,
+    boot: Resamples | None = None,
 ) -> pd.DataFrame:
     """One row per trained source (best first): ``ndcg10`` = T; ``seed_sd`` (ddof 1; NaN for one
     seed), ``seed_min``/``seed_max``, ``seeds`` (per-seed T); ``query_ci_*`` (queries only);
     ``ci_*`` (queries and seeds); ``delta_frozen`` = T − T_frozen with its interval and
     ``p_frozen`` (two-sided bootstrap); last, the frozen backbone's row (kind ``frozen``, its query
-    interval) when ``frozen`` is given."""
-    both = resample(scores, frozen, resamples, seed)
+    interval) when ``frozen`` is given. ``boot``: the two-level draws already made (with ``frozen``)
+    by :func:`resample` for these arguments, so that callers draw them once."""
+    both = boot if boot is not None else resample(scores, frozen, resamples, seed)
     queries = resample(scores, frozen, resamples, seed, seeds=False)
     t, per_seed = point(scores), seed_values(scores)
     datasets = _datasets(scores)
@@ -189,13 +191,14 @@ def pairwise_differences(
     confidence: float = 0.95,
     alpha: float = 0.05,
     seed: int = 0,
+    boot: Resamples | None = None,
 ) -> pd.DataFrame:
     """Every pair (a, b) with T_a ≥ T_b: ``diff`` = T_a − T_b and its interval; ``p`` (two-sided,
     two-level bootstrap) and ``p_holm`` (Holm over all pairs); ``seed_consistent``: the smallest
     seed of a beats the largest of b; ``established`` = p_holm < alpha and seed_consistent."""
     from statsmodels.stats.multitest import multipletests
 
-    boot = resample(scores, None, resamples, seed)
+    boot = boot if boot is not None else resample(scores, None, resamples, seed)
     t, per_seed = point(scores), seed_values(scores)
     rows = []
     for x, y in combinations(sorted(t), 2):
@@ -377,6 +380,17 @@ def diagnostic_agreement(
     return pd.DataFrame(rows).reindex(columns=columns)
 
 
+def ols_slope(x: np.ndarray, y: np.ndarray) -> np.ndarray | float:
+    """Least-squares slope of ``y`` on ``x``: Σ(x − x̄)(y − ȳ) / Σ(x − x̄)², for a vector ``y`` or for
+    each row of a matrix; NaN when ``x`` is constant."""
+    centred = x - x.mean()
+    denom = float(centred @ centred)
+    if denom == 0:
+        return float("nan") if y.ndim == 1 else np.full(len(y), np.nan)
+    slope = (y - y.mean(axis=-1, keepdims=True)) @ centred / denom
+    return float(slope) if y.ndim == 1 else slope
+
+
 def dose_response(
     profile: pd.DataFrame,
     transfer: pd.DataFrame,
@@ -407,13 +421,11 @@ def dose_response(
     trend = []
     if len(present) >= 2:
         dose = np.array([ladder[s] for s in present], dtype=np.float64)
-        y = boot.values[:, [boot.sources.index(s) for s in present]]
-        centred = dose - dose.mean()
-        slopes = (y - y.mean(axis=1, keepdims=True)) @ centred / float(centred @ centred)
+        slopes = np.asarray(ols_slope(dose, boot.values[:, [boot.sources.index(s) for s in present]]))
         obs = rungs["ndcg10"].to_numpy(dtype=np.float64)
         row = {"measure": "transfer (nDCG@10)", "n_rungs": len(present)}
         row["spearman_dose"] = _rank_stats(dose, obs)[0]
-        row["slope"] = float((obs - obs.mean()) @ centred / float(centred @ centred))
+        row["slope"] = ols_slope(dose, obs)
         row["slope_ci_low"], row["slope_ci_high"] = _interval(slopes, confidence)
         row["p_slope_negative"] = float(np.mean(slopes < 0))
         trend.append(row)
@@ -422,15 +434,7 @@ def dose_response(
                 vals = rungs[d].to_numpy(dtype=np.float64)
                 ok = np.isfinite(vals)
                 sp = _rank_stats(dose[ok], vals[ok])[0] if ok.sum() >= 3 else float("nan")
-                slope = float((vals[ok] - vals[ok].mean()) @ (dose[ok] - dose[ok].mean())) if ok.sum() >= 2 else np.nan
-                denom = float(((dose[ok] - dose[ok].mean()) ** 2).sum()) if ok.sum() >= 2 else np.nan
-                trend.append(
-                    {
-                        "measure": d,
-                        "n_rungs": int(ok.sum()),
-                        "spearman_dose": sp,
-                        "slope": slope / denom if denom else np.nan,
-                    }
-                )
+                slope = ols_slope(dose[ok], vals[ok]) if ok.sum() >= 2 else float("nan")
+                trend.append({"measure": d, "n_rungs": int(ok.sum()), "spearman_dose": sp, "slope": slope})
     columns = ["measure", "n_rungs", "spearman_dose", "slope", "slope_ci_low", "slope_ci_high", "p_slope_negative"]
     return rungs, pd.DataFrame(trend).reindex(columns=columns)

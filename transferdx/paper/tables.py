@@ -229,7 +229,6 @@ class TableInputs:
     labels: Mapping[str, str] = field(default_factory=dict)
     validation: Mapping[str, Mapping[str, pd.DataFrame]] = field(default_factory=dict)  # backbone → frames
     validation_folder: str = ""
-    ladder: Mapping[str, float] = field(default_factory=dict)
 
     def label(self, name: str) -> str:
         return str(self.labels.get(name, name))
