@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from .conftest import run_cli
-from .tiny import tiny_model
+from .tiny import SCIENCE_WORDS, tiny_model
 
 pytestmark = pytest.mark.slow
 
@@ -25,7 +25,7 @@ def tiny_conf(tmp_path_factory):
     conf = root / "conf" / "backbone"
     conf.mkdir(parents=True)
     for name, seed in (("tiny_a", 0), ("tiny_b", 1)):
-        model = tiny_model(root / name, seed=seed)
+        model = tiny_model(root / name, seed=seed, words=SCIENCE_WORDS)
         (conf / f"{name}.yaml").write_text(f"name: {name}\nmodel: {model}\nsource: path\nbatch_size: 8\n")
     return root
 

@@ -187,6 +187,69 @@ def test_composite_bootstrap_equals_a_plain_loop_over_resampled_records(block):
         np.testing.assert_allclose(boot[f], ref[f], rtol=1e-10, atol=1e-14)
 
 
+@pytest.mark.parametrize("d", [6, 48])
+def test_dual_route_equals_the_primal_route_and_the_plain_loop(d):
+    """Sylvester's identity (the dual route, m × m on the drawn residuals' Gram matrix) gives the
+    primal d × d values to 1e-9, with n < d (every resample dual) and n > d (dual only where m < d,
+    which ``route="dual"`` forces anyway). Kills: a dual route that divides the log-determinant by m
+    instead of d, forgets the multiplicity inside D, or keeps undrawn rows (D_i = 0 but present)."""
+    e_q, e_p, e_n, w, owner = varied_source(seed=2, d=d)
+    n_rec = owner.max() + 1
+    boot = {
+        route: composite_bootstrap(
+            e_q, e_p, e_n, w, owner, resample_counts(n_rec, np.random.default_rng(5), 300), route=route
+        )
+        for route in ("primal", "dual", "auto")
+    }
+    ref = loop_composites(e_q, e_p, e_n, w, owner, plain_resamples(n_rec, np.random.default_rng(5), 300))
+    for f in FORMS:
+        np.testing.assert_allclose(boot["dual"][f], boot["primal"][f], rtol=0, atol=1e-9)
+        np.testing.assert_allclose(boot["auto"][f], boot["primal"][f], rtol=0, atol=1e-9)
+        np.testing.assert_allclose(boot["dual"][f], ref[f], rtol=1e-10, atol=1e-12)
+
+
+def test_auto_route_mixes_routes_per_resample_and_threads_change_no_byte():
+    """One big record (K = 20) and seven of K = 1 in d = 24: resamples without the big record have
+    m ≤ 7 < d (dual), most with it m ≥ 20 and some m ≥ d (primal); ``auto`` equals the primal route
+    to 1e-9 on both kinds, and 1, 2 or 3 worker threads give the same bytes. Kills: a mixed chunk
+    whose dual and primal results land in each other's resample slots."""
+    rng = np.random.default_rng(11)
+    d, ks = 24, (20, 1, 1, 1, 1, 1, 1, 1)
+    owner = rng.permutation(np.repeat(np.arange(len(ks)), ks))
+    e_q, e_p = unit(rng.normal(size=(len(ks), d)))[owner], unit(rng.normal(size=(len(ks), d)))[owner]
+    e_n = unit(rng.normal(size=(len(owner), d)))
+    w = rng.uniform(0.1, 1.0, len(owner))
+    counts = list(resample_counts(len(ks), np.random.default_rng(3), 400))
+    m = np.concatenate([(c > 0) @ np.asarray(ks) for c in counts])
+    assert (m < d).any() and (m >= d).any()
+    primal = composite_bootstrap(e_q, e_p, e_n, w, owner, counts, route="primal")
+    auto = [composite_bootstrap(e_q, e_p, e_n, w, owner, counts, workers=k) for k in (1, 2, 3)]
+    for f in FORMS:
+        np.testing.assert_allclose(auto[0][f], primal[f], rtol=0, atol=1e-9)
+        assert auto[0][f].tobytes() == auto[1][f].tobytes() == auto[2][f].tobytes()
+    with pytest.raises(ValueError, match="route must be one of"):
+        composite_bootstrap(e_q, e_p, e_n, w, owner, counts, route="fast")
+
+
+def test_demo_audit_composite_intervals_same_by_either_route(monkeypatch):
+    """The whole demo audit (384-dimensional stand-in vectors, so every source takes the dual route)
+    against the same audit with the primal route forced: every profile column has the same value,
+    composite CI bounds within 1e-9."""
+    import functools
+
+    import transferdx.auditing.core as core
+    from transferdx.sources.demo import demo_sources
+
+    loaded = demo_sources()
+    fast = audit(loaded, alnum, encoder=HashEncoder(384), resamples=200).profile.to_frame()
+    monkeypatch.setattr(core, "composite_bootstrap", functools.partial(composite_bootstrap, route="primal"))
+    slow = audit(loaded, alnum, encoder=HashEncoder(384), resamples=200).profile.to_frame()
+    ci = [c for c in fast.columns if c.startswith("composite_") and "_ci_" in c]
+    assert ci
+    np.testing.assert_allclose(fast[ci].to_numpy(float), slow[ci].to_numpy(float), rtol=0, atol=1e-9)
+    assert fast.drop(columns=ci).equals(slow.drop(columns=ci))
+
+
 # ---------------------------------------------------------------------------------------------
 # Through the audit: the same per-source stream, the configured confidence, the report
 # ---------------------------------------------------------------------------------------------

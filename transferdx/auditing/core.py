@@ -266,16 +266,17 @@ def _suspicion(
         },
         columns=SUSPECT_COLUMNS,
     )
-    order = sorted(
-        range(len(suspects)),
-        key=lambda i: (
-            np.isnan(suspects["score"].iat[i]),
-            -suspects["score"].iat[i] if not np.isnan(suspects["score"].iat[i]) else 0.0,
-            suspects["source"].iat[i],
-            suspects["qid"].iat[i],
-            int(suspects["neg_index"].iat[i]),
-        ),
+    score = suspects["score"].to_numpy(dtype=np.float64)
+    undefined = np.isnan(score)
+    keys = zip(
+        undefined.tolist(),
+        np.where(undefined, 0.0, -score).tolist(),
+        suspects["source"],
+        suspects["qid"],
+        suspects["neg_index"].tolist(),
+        strict=True,
     )
+    order = sorted(range(len(suspects)), key=list(keys).__getitem__)
     return suspects.iloc[order].reset_index(drop=True)
 
 
