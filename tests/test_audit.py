@@ -23,8 +23,8 @@ from transferdx.auditing.profiles import (
 from transferdx.auditing.report import write_audit
 from transferdx.diagnostics.tokens import alnum
 from transferdx.embed import EmbeddingCache, EncoderSpec
-from transferdx.inputs.formats import load_trec_dl
 from transferdx.inputs.records import OWN_POSITIVE_RELATION, LoadResult, Passage, Record
+from transferdx.inputs.trec_dl import load_trec_dl
 from transferdx.sources.demo import demo_sources
 
 pytestmark = pytest.mark.slow

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from transferdx import embed as embed_module
 from transferdx.embed import CacheWarning, EmbeddingCache, EncoderSpec, chunk_digest, text_key
+from transferdx.embed import cache as embed_module
 
 from .tiny import WORDS, tiny_model
 

@@ -30,7 +30,7 @@ from transferdx.auditing.fn_eval import (
 from transferdx.diagnostics.fn_combined import FEATURES, CombinedDetector, best_threshold, features, load_combined
 from transferdx.diagnostics.suspicion import SuspicionInputs, SuspicionSettings, suspect_negatives
 from transferdx.diagnostics.tokens import get_tokenizer
-from transferdx.inputs.formats import load_trec_dl
+from transferdx.inputs.trec_dl import load_trec_dl
 
 DATA = Path(os.environ.get("TRANSFERDX_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"))
 DL19 = DATA / "msmarco-dl19"

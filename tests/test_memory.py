@@ -22,8 +22,9 @@ from transferdx.diagnostics import lexical
 from transferdx.diagnostics.lexical import document_frequency, idf, negative_residuality, token_matrices
 from transferdx.diagnostics.tokens import alnum
 from transferdx.inputs import texts as text_pool
-from transferdx.inputs.records import Passage, Record, read_records
+from transferdx.inputs.records import Passage, Record
 from transferdx.inputs.texts import TextTable, intern_passage, intern_text, text_column
+from transferdx.inputs.transferdx_records import read_records
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:

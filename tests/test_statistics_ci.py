@@ -13,16 +13,12 @@ import pytest
 import scipy.stats
 
 from transferdx.auditing.core import audit
-from transferdx.auditing.profiles import (
-    QUANTILES,
-    bootstrap_quantiles,
-    percentile_ci,
-    resample_counts,
-)
+from transferdx.auditing.profiles import QUANTILES, bootstrap_quantiles
 from transferdx.auditing.report import render_report
 from transferdx.diagnostics.composite import CompositeSettings, composite, composite_bootstrap
 from transferdx.diagnostics.tokens import alnum
 from transferdx.inputs.records import LoadResult
+from transferdx.resampling import percentile_ci, resample_counts
 
 from .conftest import record
 
@@ -237,12 +233,12 @@ def test_demo_audit_composite_intervals_same_by_either_route(monkeypatch):
     composite CI bounds within 1e-9."""
     import functools
 
-    import transferdx.auditing.core as core
+    import transferdx.diagnostics.composite as composite_module
     from transferdx.sources.demo import demo_sources
 
     loaded = demo_sources()
     fast = audit(loaded, alnum, encoder=HashEncoder(384), resamples=200).profile.to_frame()
-    monkeypatch.setattr(core, "composite_bootstrap", functools.partial(composite_bootstrap, route="primal"))
+    monkeypatch.setattr(composite_module, "composite_bootstrap", functools.partial(composite_bootstrap, route="primal"))
     slow = audit(loaded, alnum, encoder=HashEncoder(384), resamples=200).profile.to_frame()
     ci = [c for c in fast.columns if c.startswith("composite_") and "_ci_" in c]
     assert ci

@@ -17,7 +17,6 @@ from transferdx.auditing.profiles import (
     SUSPICION_STATS,
     apply_flags,
     bootstrap_ratios,
-    bootstrap_rng,
     catch_rate,
     flag_thresholds,
     profile_sources,
@@ -38,6 +37,7 @@ from transferdx.diagnostics.suspicion import (
 )
 from transferdx.diagnostics.tokens import alnum
 from transferdx.inputs.records import LoadResult, Passage, Record
+from transferdx.resampling import bootstrap_rng
 
 from .fakes import FixedEncoder, vec
 

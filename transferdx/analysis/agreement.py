@@ -22,6 +22,8 @@ import numpy as np
 import pandas as pd
 import scipy.stats
 
+from transferdx.resampling import bootstrap_stream, paired_draws
+
 
 def ordering(values: Mapping[str, float], direction: int = 1) -> tuple[str, ...]:
     """Sources from best to worst by ``direction × value`` (ties broken by name, for display only:
@@ -157,19 +159,18 @@ def transfer_ordering_uncertainty(
     """Paired bootstrap of queries within each dataset.
 
     ``per_query[source][dataset]`` = nDCG@10 per query, aligned across sources (same query order).
-    Each resample draws queries with replacement per dataset (the same draw for every source),
-    averages within dataset, then over datasets. Returns the probability of each pairwise ordering
-    (``P(a > b)``) and of the observed full ordering.
+    Each resample draws queries with replacement per dataset (the same draw for every source:
+    :func:`transferdx.resampling.paired_draws` on the stream ``default_rng(seed)``), averages within
+    dataset, then over datasets. Returns the probability of each pairwise ordering (``P(a > b)``)
+    and of the observed full ordering.
     """
     sources = sorted(per_query)
     datasets = sorted(set.intersection(*(set(per_query[s]) for s in sources)))
-    rng = np.random.default_rng(seed)
+    units = [len(per_query[sources[0]][d]) for d in datasets]
     means = np.zeros((resamples, len(sources)))
-    for d in datasets:
+    for d, draw in zip(datasets, paired_draws(bootstrap_stream(seed), units, resamples), strict=True):
         scores = np.stack([np.asarray(per_query[s][d], dtype=np.float64) for s in sources])  # S × Q
-        n = scores.shape[1]
-        idx = rng.integers(0, n, size=(resamples, n))
-        means += scores[:, idx].mean(axis=2).T / len(datasets)
+        means += scores[:, draw.units].mean(axis=2).T / len(datasets)
     observed = {s: float(np.mean([np.mean(per_query[s][d]) for d in datasets])) for s in sources}
     order = ordering(observed)
     rank = [sources.index(s) for s in order]

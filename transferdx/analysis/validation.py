@@ -29,6 +29,8 @@ import numpy as np
 import pandas as pd
 import scipy.stats
 
+from transferdx.resampling import bootstrap_stream, paired_draws, percentile_bounds
+
 FROZEN = "(frozen)"  # the untrained backbone's row in the transfer table
 Scores = Mapping[str, Mapping[str, Mapping[int, np.ndarray]]]  # source → dataset → seed → per query
 
@@ -93,32 +95,30 @@ def resample(
     seed: int = 0,
     seeds: bool = True,
 ) -> Resamples:
-    """The two-level bootstrap of T (``seeds=False``: queries only, seeds held at their mean)."""
+    """The two-level bootstrap of T (``seeds=False``: queries only, seeds held at their mean).
+
+    :func:`transferdx.resampling.paired_draws` on the stream (seed, 0x7A): per dataset, one draw of
+    its queries shared by every source (and the frozen model), then each source's seeds."""
     datasets = _check(scores, frozen)
     sources = tuple(sorted(scores))
-    rng = np.random.default_rng([seed, 0x7A])
     values = np.zeros((resamples, len(sources)))
     frozen_values = np.zeros(resamples) if frozen is not None and all(d in frozen for d in datasets) else None
-    for d in datasets:
-        n = len(next(iter(scores[sources[0]][d].values())))
-        idx = rng.integers(0, n, size=(resamples, n))
+    units = [len(next(iter(scores[sources[0]][d].values()))) for d in datasets]
+    replicates = [[len(scores[s][d]) for s in sources] for d in datasets] if seeds else None
+    draws = paired_draws(bootstrap_stream(seed, 0x7A), units, resamples, replicates)
+    for d, draw in zip(datasets, draws, strict=True):
+        idx = draw.units
         for j, s in enumerate(sources):
             seed_ids = sorted(scores[s][d])
             per_seed = np.stack([np.asarray(scores[s][d][k], dtype=np.float64) for k in seed_ids])  # K × Q
             if not seeds:
                 per_seed = per_seed.mean(axis=0, keepdims=True)
             means = per_seed[:, idx].mean(axis=2)  # K × R
-            k = per_seed.shape[0]
-            draw = rng.integers(0, k, size=(resamples, k)) if seeds else np.zeros((resamples, 1), dtype=int)
-            values[:, j] += np.take_along_axis(means.T, draw, axis=1).mean(axis=1) / len(datasets)
+            pick = draw.replicates[j] if seeds else np.zeros((resamples, 1), dtype=int)
+            values[:, j] += np.take_along_axis(means.T, pick, axis=1).mean(axis=1) / len(datasets)
         if frozen_values is not None:
             frozen_values += np.asarray(frozen[d], dtype=np.float64)[idx].mean(axis=1) / len(datasets)  # type: ignore[index]
     return Resamples(sources, values, frozen_values if frozen_values is not None else np.full(resamples, np.nan))
-
-
-def _interval(x: np.ndarray, confidence: float) -> tuple[float, float]:
-    tail = (1.0 - confidence) / 2.0
-    return float(np.quantile(x, tail)), float(np.quantile(x, 1.0 - tail))
 
 
 def bootstrap_p(diff: np.ndarray) -> float:
@@ -161,15 +161,15 @@ def transfer_table(
             "seed_max": float(vals.max()),
             "seeds": " ".join(f"{k}:{v:.4f}" for k, v in per_seed[s].items()),
         }
-        row["query_ci_low"], row["query_ci_high"] = _interval(queries.of(s), confidence)
-        row["ci_low"], row["ci_high"] = _interval(both.of(s), confidence)
+        row["query_ci_low"], row["query_ci_high"] = percentile_bounds(queries.of(s), confidence)
+        row["ci_low"], row["ci_high"] = percentile_bounds(both.of(s), confidence)
         diff = both.of(s) - both.frozen
         row["delta_frozen"] = t[s] - t_frozen
-        row["delta_ci_low"], row["delta_ci_high"] = _interval(diff, confidence) if frozen else (np.nan, np.nan)
+        row["delta_ci_low"], row["delta_ci_high"] = percentile_bounds(diff, confidence) if frozen else (np.nan, np.nan)
         row["p_frozen"] = bootstrap_p(diff) if frozen else float("nan")
         rows.append(row)
     if frozen is not None:
-        low, high = _interval(both.frozen, confidence)
+        low, high = percentile_bounds(both.frozen, confidence)
         rows.append(
             {
                 "source": FROZEN,
@@ -204,7 +204,7 @@ def pairwise_differences(
     for x, y in combinations(sorted(t), 2):
         a, b = (x, y) if (t[x], y) >= (t[y], x) else (y, x)
         diff = boot.of(a) - boot.of(b)
-        low, high = _interval(diff, confidence)
+        low, high = percentile_bounds(diff, confidence)
         rows.append(
             {
                 "a": a,
@@ -363,7 +363,7 @@ def diagnostic_agreement(
                 rho = spearman_rows(x, boot.values[:, cols])
                 finite = rho[np.isfinite(rho)]
                 if len(finite):
-                    row["spearman_ci_low"], row["spearman_ci_high"] = _interval(finite, confidence)
+                    row["spearman_ci_low"], row["spearman_ci_high"] = percentile_bounds(finite, confidence)
                     row["p_positive"] = float(np.mean(finite > 0))
             rows.append(row)
     columns = [
@@ -426,7 +426,7 @@ def dose_response(
         row = {"measure": "transfer (nDCG@10)", "n_rungs": len(present)}
         row["spearman_dose"] = _rank_stats(dose, obs)[0]
         row["slope"] = ols_slope(dose, obs)
-        row["slope_ci_low"], row["slope_ci_high"] = _interval(slopes, confidence)
+        row["slope_ci_low"], row["slope_ci_high"] = percentile_bounds(slopes, confidence)
         row["p_slope_negative"] = float(np.mean(slopes < 0))
         trend.append(row)
         for d in diagnostics:

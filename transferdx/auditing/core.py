@@ -17,17 +17,14 @@ from transferdx.auditing.fn_eval import eval_frame, fn_evaluation, labels
 from transferdx.auditing.profiles import (
     AuditProfile,
     apply_flags,
-    bootstrap_rng,
     catch_rate,
     false_negative_rates,
     flag_thresholds,
-    percentile_ci,
     profile_sources,
-    resample_counts,
 )
-from transferdx.diagnostics.composite import CompositeSettings, composite, composite_bootstrap, weights
-from transferdx.diagnostics.lexical import negative_residuality
-from transferdx.diagnostics.semantic import BANDS, BandCuts, in_batch_scores, record_scores
+from transferdx.diagnostics.composite import CompositeSettings, composite_with_ci, weights
+from transferdx.diagnostics.lexical import coverage_bucket, negative_residuality
+from transferdx.diagnostics.semantic import BANDS, BandCuts, buckets, in_batch_scores, record_scores
 from transferdx.diagnostics.suspicion import (
     SuspicionInputs,
     SuspicionSettings,
@@ -37,8 +34,9 @@ from transferdx.diagnostics.suspicion import (
     suspicion_score,
 )
 from transferdx.diagnostics.tokens import Tokenizer
-from transferdx.embed import EmbeddingCache, text_key
+from transferdx.embed.cache import EmbeddingCache, text_key
 from transferdx.inputs.records import Exclusion, LoadResult, Record
+from transferdx.resampling import bootstrap_rng, resample_counts
 
 
 @dataclass(frozen=True)
@@ -301,8 +299,8 @@ def _lexical_records(records: Sequence[Record], negatives: pd.DataFrame) -> pd.D
         }
     )
     frame["n_psi_defined"] = n_def.astype(np.int64)
-    c_ge_05 = defined & (1.0 - np.nan_to_num(psi, nan=1.0) >= 0.5)
-    frame["n_bucket_c_ge_05"] = np.bincount(owner, weights=c_ge_05, minlength=len(records)).astype(np.int64)
+    near_copy = coverage_bucket(psi)
+    frame["n_bucket_c_ge_05"] = np.bincount(owner, weights=near_copy, minlength=len(records)).astype(np.int64)
     return frame
 
 
@@ -374,8 +372,8 @@ def _semantic(
     n = len(records)
     for i, name in enumerate(BANDS):
         per_record[f"n_band_{name}"] = np.bincount(owner, weights=neg["band"] == i, minlength=n).astype(np.int64)
-    per_record["n_bucket_rho_lt_05"] = np.bincount(owner, weights=neg["rho"] < 0.5, minlength=n).astype(np.int64)
-    per_record["n_bucket_eta_le_025"] = np.bincount(owner, weights=neg["eta"] <= 0.25, minlength=n).astype(np.int64)
+    for name, hit in buckets(neg["rho"], neg["eta"]).items():
+        per_record[f"n_bucket_{name}"] = np.bincount(owner, weights=hit, minlength=n).astype(np.int64)
 
     w = weights(neg["rho"], neg["eta"], negatives["psi"].to_numpy(dtype=np.float64), s.composite)
     neg_source = negatives["source"].to_numpy()
@@ -383,25 +381,22 @@ def _semantic(
     composites: dict[str, dict[str, Any]] = {}
     for name in sorted(set(neg_source)):
         mask = neg_source == name
-        src_q, src_p = e_q[owner[mask]], e_p[owner[mask]]
-        values = composite(src_q, src_p, e_n[mask], w[mask], s.composite)
         rec_rows = np.flatnonzero(rec_source == name)  # the source's records, in profile order
-        local = np.searchsorted(rec_rows, owner[mask])
-        boot = composite_bootstrap(
-            src_q,
-            src_p,
+        estimates = composite_with_ci(
+            e_q[owner[mask]],
+            e_p[owner[mask]],
             e_n[mask],
             w[mask],
-            local,
+            np.searchsorted(rec_rows, owner[mask]),
             resample_counts(len(rec_rows), bootstrap_rng(seed, name), resamples),
+            confidence,
             s.composite,
         )
         composites[name] = {}
-        for form, v in values.items():
-            low, high = percentile_ci(boot[form][:, None], confidence)
-            composites[name][f"composite_{form}"] = v
-            composites[name][f"composite_{form}_ci_low"] = float(low[0])
-            composites[name][f"composite_{form}_ci_high"] = float(high[0])
+        for form, est in estimates.items():
+            composites[name][f"composite_{form}"] = est.value
+            composites[name][f"composite_{form}_ci_low"] = est.ci_low
+            composites[name][f"composite_{form}_ci_high"] = est.ci_high
         composites[name]["embedding_dim"] = int(e_q.shape[1])
     return composites
 

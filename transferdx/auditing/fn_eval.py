@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from transferdx.auditing.profiles import percentile_ci, resample_counts
 from transferdx.diagnostics.fn_combined import features, fit_combined, load_combined
+from transferdx.resampling import percentile_ci, resample_counts
 
 ALPHAS = (0.80, 0.825, 0.85, 0.875, 0.90, 0.925, 0.95, 0.975, 1.00)
 DELTAS: tuple[float | None, ...] = (0.85, 0.90, 0.95, None)

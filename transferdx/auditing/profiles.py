@@ -3,12 +3,13 @@
 Every source statistic is a ratio of per-record sums, stat = Σ_i num_i / Σ_i den_i, so means over
 records (den = 1 where the value is defined) and shares over negatives (den = K_i) share one
 bootstrap: records are resampled with replacement B times (seeded per source), and each resample's
-record counts give every statistic at once. CIs are the (α/2, 1 − α/2) percentiles.
+record counts give every statistic at once. CIs are the (α/2, 1 − α/2) percentiles. The streams,
+draws and percentiles are :mod:`transferdx.resampling`'s; the statistics (ratios of sums, margin
+quantiles) are this module's.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +19,14 @@ import numpy as np
 import pandas as pd
 
 from transferdx.inputs.records import Exclusion
+from transferdx.resampling import (
+    bootstrap_rng,
+    check_bootstrap,
+    collect,
+    percentile_ci,
+    resample_counts,
+    resample_indices,
+)
 
 # The profile's column contract: later versions add columns, never rename these.
 PROFILE_COLUMNS = [
@@ -107,59 +116,6 @@ SUSPICION_COLUMNS = [s.name for s in SUSPICION_STATS]
 QUANTILES = {"margin_median": 0.5, "margin_p05": 0.05, "margin_p10": 0.10}
 
 
-def _name_key(name: str) -> int:
-    """A stable 32-bit integer for a source name, so each source's bootstrap stream is its own."""
-    return int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest()[:4], "little")
-
-
-def bootstrap_rng(seed: int, name: str) -> np.random.Generator:
-    """The bootstrap stream of one source, from (seed, sha256(name)). Every bootstrap of a source's
-    statistics (ratios, margin quantiles, composites) starts from it, so resample b is the same set
-    of records for all of them."""
-    return np.random.default_rng([seed, _name_key(name)])
-
-
-def resample_indices(n: int, rng: np.random.Generator, resamples: int, chunk: int = 200):
-    """Yield (B_chunk × n) matrices of the record indices of each bootstrap resample, drawn as
-    ``rng.integers(0, n, (B_chunk, n))``, the same stream as ``scipy.stats.bootstrap`` draws for one
-    sample."""
-    for start in range(0, resamples, chunk):
-        rows = min(chunk, resamples - start)
-        yield rng.integers(0, n, size=(rows, n))
-
-
-def resample_counts(n: int, rng: np.random.Generator, resamples: int, chunk: int = 200):
-    """Yield (B_chunk × n) matrices of how often each record appears in each bootstrap resample
-    (the counts of :func:`resample_indices`)."""
-    for idx in resample_indices(n, rng, resamples, chunk):
-        rows = len(idx)
-        flat = (idx + (np.arange(rows)[:, None] * n)).ravel()
-        yield np.bincount(flat, minlength=rows * n).reshape(rows, n).astype(np.float64)
-
-
-def _check_bootstrap(resamples: int, confidence: float) -> None:
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
-    if resamples < 1:
-        raise ValueError(f"resamples must be ≥ 1, got {resamples}")
-
-
-def percentile_ci(stats: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
-    """The (α/2, 1 − α/2) percentiles of each column of ``stats`` (resamples × n_stats), NaN
-    resamples left out (NaN where every resample is NaN)."""
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
-    alpha = 1 - confidence
-    k = stats.shape[1]
-    low = np.full(k, np.nan)
-    high = np.full(k, np.nan)
-    for j in range(k):
-        col = stats[:, j][~np.isnan(stats[:, j])]
-        if len(col):
-            low[j], high[j] = np.quantile(col, [alpha / 2, 1 - alpha / 2])
-    return low, high
-
-
 def bootstrap_ratios(
     num: np.ndarray,
     den: np.ndarray,
@@ -167,18 +123,18 @@ def bootstrap_ratios(
     resamples: int = 1000,
     confidence: float = 0.95,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Percentile CIs of Σ num / Σ den for each column of ``num``/``den`` (n_records × n_stats)."""
-    _check_bootstrap(resamples, confidence)
+    """Percentile CIs of Σ num / Σ den for each column of ``num``/``den`` (n_records × n_stats), over
+    the record multiplicities of :func:`transferdx.resampling.resample_counts`."""
+    check_bootstrap(resamples, confidence)
     n, k = num.shape
     if n == 0:
         return np.full(k, np.nan), np.full(k, np.nan)
-    stats = np.empty((resamples, k))
-    row = 0
-    for counts in resample_counts(n, rng, resamples):
+
+    def ratios(counts: np.ndarray) -> np.ndarray:
         with np.errstate(invalid="ignore", divide="ignore"):
-            stats[row : row + len(counts)] = (counts @ num) / (counts @ den)
-        row += len(counts)
-    return percentile_ci(stats, confidence)
+            return (counts @ num) / (counts @ den)
+
+    return percentile_ci(collect(resample_counts(n, rng, resamples), ratios), confidence)
 
 
 def bootstrap_quantiles(
@@ -190,18 +146,18 @@ def bootstrap_quantiles(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Percentile CIs of ``np.quantile(values, q)`` (numpy's default "linear" method, as the point
     estimate) for each q, resampling the record values with replacement (the resamples of
-    :func:`resample_indices`; each chunk of resamples is one gather and one vectorised quantile)."""
-    _check_bootstrap(resamples, confidence)
+    :func:`transferdx.resampling.resample_indices`; each chunk of resamples is one gather and one
+    vectorised quantile)."""
+    check_bootstrap(resamples, confidence)
     values = np.asarray(values, dtype=np.float64)
     qs = np.asarray(quantiles, dtype=np.float64)
     if len(values) == 0:
         return np.full(len(qs), np.nan), np.full(len(qs), np.nan)
-    stats = np.empty((resamples, len(qs)))
-    row = 0
-    for idx in resample_indices(len(values), rng, resamples):
-        stats[row : row + len(idx)] = np.quantile(values[idx], qs, axis=1).T
-        row += len(idx)
-    return percentile_ci(stats, confidence)
+
+    def quantiles_of(idx: np.ndarray) -> np.ndarray:
+        return np.quantile(values[idx], qs, axis=1).T
+
+    return percentile_ci(collect(resample_indices(len(values), rng, resamples), quantiles_of), confidence)
 
 
 def bootstrap_mean_ci(
@@ -475,7 +431,7 @@ def false_negative_rates(
             continue
         num = np.array([[r[1]] for r in rows], dtype=np.float64)
         den = np.array([[r[2]] for r in rows], dtype=np.float64)
-        rng = np.random.default_rng([seed, _name_key(name), 0xF1])
+        rng = bootstrap_rng(seed, name, 0xF1)  # a stream of its own, apart from the profile's
         low, high = bootstrap_ratios(num, den, rng, resamples, confidence)
         out[name] = {
             "false_negative_rate": float(num.sum() / den.sum()) if den.sum() else float("nan"),

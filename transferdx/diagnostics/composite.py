@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from transferdx.resampling import percentile_ci
+
 
 @dataclass(frozen=True)
 class CompositeSettings:
@@ -167,7 +169,7 @@ def composite_bootstrap(
 
     Rows of ``e_q``/``e_p`` are aligned to ``e_n`` (as in :func:`composite`); ``owner[i]`` is the
     record (0 … n_records − 1) of negative i; ``counts`` yields (B_chunk × n_records) record
-    multiplicities (``auditing.profiles.resample_counts``). A resampled record brings all its
+    multiplicities (:func:`transferdx.resampling.resample_counts`). A resampled record brings all its
     negatives, with its multiplicity c_j: M* = Rᵀ D R with D_i = c_{j(i)} w_i / N*, N* = Σ_j c_j K_j
     (resamples with N* = 0 give NaN). Two exact routes to the forms (``route``):
 
@@ -187,6 +189,40 @@ def composite_bootstrap(
         raise ValueError(f"composite bootstrap route must be one of {sorted(ROUTES)}, got {route!r}")
     with threadpool_limits(1, user_api="blas"):
         return _composite_bootstrap(e_q, e_p, e_n, w, owner, counts, s, block, route, _workers(workers))
+
+
+@dataclass(frozen=True)
+class CompositeEstimate:
+    """One composite form of one source: its value over all the source's negatives and the
+    percentile bootstrap CI over records (NaN bounds where every resample is NaN)."""
+
+    value: float
+    ci_low: float
+    ci_high: float
+
+
+def composite_with_ci(
+    e_q: np.ndarray,
+    e_p: np.ndarray,
+    e_n: np.ndarray,
+    w: np.ndarray,
+    owner: np.ndarray,
+    counts: Iterable[np.ndarray],
+    confidence: float = 0.95,
+    s: CompositeSettings = CompositeSettings(),
+) -> dict[str, CompositeEstimate]:
+    """Every composite form of one source (:func:`composite`; ranges as the forms') with its
+    percentile bootstrap CI over records: :func:`composite_bootstrap` on the record multiplicities
+    ``counts`` (the source's own stream, so the same resamples as its other statistics), then the
+    (α/2, 1 − α/2) percentiles of the resampled values, α = 1 − confidence, NaN resamples left out.
+    Arguments as :func:`composite_bootstrap`'s."""
+    values = composite(e_q, e_p, e_n, w, s)
+    boot = composite_bootstrap(e_q, e_p, e_n, w, owner, counts, s)
+    out: dict[str, CompositeEstimate] = {}
+    for form, value in values.items():
+        low, high = percentile_ci(boot[form][:, None], confidence)
+        out[form] = CompositeEstimate(value, float(low[0]), float(high[0]))
+    return out
 
 
 ROUTES = ("auto", "primal", "dual")

@@ -5,6 +5,8 @@
 - ψ(q, n) = Σ_{t ∈ T(q) \\ T(n)} idf(t) / Σ_{t ∈ T(q)} idf(t), the IDF-weighted share of query
   tokens the negative does not cover. Range [0, 1]; higher = the negative covers less of the query.
   Undefined (NaN) when T(q) is empty. Coverage C = 1 − ψ.
+- Failure bucket C ≥ 0.5 (:data:`COVERAGE_BUCKET_CUT`): the negative covers at least half the
+  query's IDF mass, a lexical near-copy.
 - The pooled IDF corpus counts each passage once by identity (normalised text), not by exact string.
 
 Everything is vectorised and grows with the distinct texts and pairs, not with their copies: each
@@ -33,6 +35,9 @@ from transferdx.inputs.texts import TextTable
 PROGRESS_MIN = 200_000  # show a progress bar when tokenising at least this many texts
 CHUNK = 50_000  # texts tokenised per block (bounds memory on large collections)
 ENTRY_BLOCK = 1 << 18  # (pair, query token) entries scored per block in residuality
+COVERAGE_BUCKET_CUT = 0.5
+"""Failure bucket ``c_ge_05`` (DESIGN §3.2): coverage C = 1 − ψ ≥ 0.5, the negative covers at least
+half the query's IDF mass, a lexical near-copy (C ∈ [0, 1]; undefined ψ is never in the bucket)."""
 
 
 def idf(df: np.ndarray, n_docs: int) -> np.ndarray:
@@ -41,6 +46,13 @@ def idf(df: np.ndarray, n_docs: int) -> np.ndarray:
     if n_docs < 0 or np.any(df < 0) or np.any(df > n_docs):
         raise ValueError(f"document frequencies must lie in [0, N={n_docs}]")
     return np.log1p((n_docs - df + 0.5) / (df + 0.5))
+
+
+def coverage_bucket(psi: np.ndarray) -> np.ndarray:
+    """Failure bucket ``c_ge_05`` per negative: ψ defined and C = 1 − ψ ≥ :data:`COVERAGE_BUCKET_CUT`
+    (boolean array)."""
+    psi = np.asarray(psi, dtype=np.float64)
+    return ~np.isnan(psi) & (1.0 - np.nan_to_num(psi, nan=1.0) >= COVERAGE_BUCKET_CUT)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ Per negative:
   1 = as close as the positive, 0 = as close as a random passage; undefined when s(q,p) ≤ b(q).
 - band from w = exp((s(q,n) − s(q,p))/τ): ``inverted`` s(q,n) ≥ s(q,p); ``hard`` w ≥ 0.5;
   ``medium`` 0.1 ≤ w < 0.5; ``easy`` otherwise.
+- failure buckets: ρ < 0.5 (strictly inverted) and η ≤ 0.25 (unrelated), :data:`RHO_BUCKET_CUT`
+  and :data:`ETA_BUCKET_CUT`; the lexical one, C ≥ 0.5, is in :mod:`transferdx.diagnostics.lexical`.
 Per record:
 - inversion inv_i = 1[max_k s(q,n_k) ≥ s(q,p)] ∈ {0, 1} (a tie counts against the positive).
 - margin m_i = s(q,p) − max_k s(q,n_k) ∈ [−2, 2]; < 0 inverted, = 0 tie, > 0 positive first.
@@ -39,6 +41,15 @@ class BandCuts:
             raise ValueError(f"band cut-offs need 0 < medium < hard ≤ 1, got medium={self.medium}, hard={self.hard}")
 
 
+# Failure buckets (DESIGN §3.2): each source reports the share of its negatives in each bucket
+# (profile columns ``bucket_<name>``, per-record counts ``n_bucket_<name>``).
+RHO_BUCKET_CUT = 0.5
+"""Bucket ``rho_lt_05``: ρ < 0.5 ⇔ s(q,n) > s(q,p), the negative strictly outscores the positive
+(ρ ∈ (0, 1), 0.5 at a tie, so a tie is not in the bucket)."""
+ETA_BUCKET_CUT = 0.25
+"""Bucket ``eta_le_025``: η ≤ 0.25, the negative looks unrelated to the query (η ∈ [0, 1])."""
+
+
 def rho(s_qp: np.ndarray, s_qn: np.ndarray, tau: float) -> np.ndarray:
     """ρ = σ((s(q,p) − s(q,n))/τ) ∈ (0, 1); 0.5 when the negative ties with the positive."""
     _check_tau(tau)
@@ -64,6 +75,15 @@ def bands(s_qp: np.ndarray, s_qn: np.ndarray, tau: float, cuts: BandCuts = BandC
     diff = np.asarray(s_qn, dtype=np.float64) - np.asarray(s_qp, dtype=np.float64)
     w = np.exp(np.minimum(diff / tau, 0.0))
     return np.select([diff >= 0, w >= cuts.hard, w >= cuts.medium], [0, 1, 2], default=3).astype(np.int8)
+
+
+def buckets(rho_values: np.ndarray, eta_values: np.ndarray) -> dict[str, np.ndarray]:
+    """Failure-bucket membership per negative, by bucket name: ``rho_lt_05`` ρ < :data:`RHO_BUCKET_CUT`
+    (strictly inverted), ``eta_le_025`` η ≤ :data:`ETA_BUCKET_CUT` (unrelated). Boolean arrays."""
+    return {
+        "rho_lt_05": np.asarray(rho_values) < RHO_BUCKET_CUT,
+        "eta_le_025": np.asarray(eta_values) <= ETA_BUCKET_CUT,
+    }
 
 
 def _check_tau(tau: float) -> None:

