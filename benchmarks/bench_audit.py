@@ -22,7 +22,7 @@ from pathlib import Path
 from transferdx.auditing.core import SemanticSettings, audit, background_texts
 from transferdx.diagnostics.tokens import alnum
 from transferdx.embed import EmbeddingCache, EncoderSpec, resolve_model
-from transferdx.inputs.formats import load_trec_dl
+from transferdx.inputs.trec_dl import load_trec_dl
 
 
 def main() -> None:

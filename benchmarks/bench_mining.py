@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from transferdx.embed import topk_chunked
-from transferdx.inputs.formats import load_beir
+from transferdx.inputs.beir import load_beir
 
 
 def bench_bm25(data_dir: Path, k: int = 10) -> None:

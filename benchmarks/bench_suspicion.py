@@ -21,7 +21,7 @@ from pathlib import Path
 
 import transferdx as tdx
 import transferdx.auditing.core as core
-from transferdx.inputs.formats import load_trec_dl
+from transferdx.inputs.trec_dl import load_trec_dl
 
 
 def timed_audits(data, cache: Path, repeats: int) -> list[tuple[float, float]]:

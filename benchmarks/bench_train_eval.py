@@ -20,7 +20,7 @@ import numpy as np
 
 from transferdx.embed import EmbeddingCache, EncoderSpec, resolve_model
 from transferdx.evaluation import BeirData, evaluate, load_beir_split
-from transferdx.inputs.formats import load_beir
+from transferdx.inputs.beir import load_beir
 from transferdx.sources.context import BuildContext
 from transferdx.sources.miners import mine_bm25
 from transferdx.training import TrainSettings, train, training_columns

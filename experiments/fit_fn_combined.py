@@ -24,7 +24,7 @@ from transferdx.artifacts import canonical_json
 from transferdx.auditing.fn_eval import eval_frame, fn_evaluation, labels
 from transferdx.diagnostics.fn_combined import COMBINED_FILE, features, fit_combined
 from transferdx.diagnostics.suspicion import SuspicionSettings
-from transferdx.inputs.formats import load_trec_dl
+from transferdx.inputs.trec_dl import load_trec_dl
 
 SHIPPED = Path(tdx.__file__).parent / "diagnostics" / COMBINED_FILE
 FITTED_ON = "TREC-DL19 labels=single, top-8 of six runs, all-MiniLM-L6-v2, judged >= 2"

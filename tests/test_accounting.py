@@ -14,15 +14,13 @@ from pathlib import Path
 import pytest
 
 from transferdx.auditing.report import exclusions_frame
-from transferdx.inputs.formats import (
-    load_flagembedding,
-    load_msmarco_triples,
-    load_ntuple,
-    load_st_hard_negatives,
-    load_trec_dl,
-)
-from transferdx.inputs.records import DUPLICATE_NEGATIVES_KEPT, InputError, read_records, write_records
-from transferdx.inputs.shapes import load_path
+from transferdx.inputs.flagembedding import load_flagembedding
+from transferdx.inputs.msmarco import load_msmarco_triples, load_st_hard_negatives
+from transferdx.inputs.records import DUPLICATE_NEGATIVES_KEPT, InputError
+from transferdx.inputs.registry import load_path
+from transferdx.inputs.sentence_transformers import load_ntuple
+from transferdx.inputs.transferdx_records import read_records, write_records
+from transferdx.inputs.trec_dl import load_trec_dl
 
 DL19 = "msmarco-dl19"
 TOPICS, QRELS = "topics.dl19-passage.txt", "qrels.dl19-passage.txt"
@@ -108,6 +106,7 @@ def test_duplicate_negatives_kept_and_counted(tmp_path, data):
     suspect) and is counted in the source's descriptor; records and FlagEmbedding alike."""
     obj = json.loads(_lines(data / "msmarco-toy/flagembedding_msmarco.jsonl", 1)[0])
     obj["neg"] = [*obj["neg"][:3], obj["neg"][1], obj["neg"][1]]
+    obj["neg_scores"] = [*obj["neg_scores"][:3], obj["neg_scores"][1], obj["neg_scores"][1]]  # one per negative
     flag = tmp_path / "flag.jsonl"
     flag.write_text(json.dumps(obj) + "\n")
     out = load_flagembedding(flag)
@@ -247,7 +246,7 @@ def test_truncated_gzip_located(tmp_path, data):
     (ex,) = skipped.exclusions
     assert ex.line == str(err.value.line) and ex.field == "<encoding>"
     assert len(skipped.records) == err.value.line - 1  # every line before the break is kept
-    lines_desc = skipped.descriptors["flagembedding"]["lines"]
+    lines_desc = skipped.descriptors["flagembedding"]["rows"]
     assert lines_desc["read"] == lines_desc["in_records"] + lines_desc["excluded"] == err.value.line
     shaped = load_path(path, on_error="skip")  # the shape reader too
     assert len(shaped.records) == err.value.line - 1 and [e.field for e in shaped.exclusions] == ["<encoding>"]

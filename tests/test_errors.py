@@ -7,8 +7,12 @@ import json
 
 import pytest
 
-from transferdx.inputs.formats import load_flagembedding, load_ntuple, load_st_hard_negatives, load_trec_dl
-from transferdx.inputs.records import OWN_POSITIVE_RELATION, InputError, read_records
+from transferdx.inputs.flagembedding import load_flagembedding
+from transferdx.inputs.msmarco import load_st_hard_negatives
+from transferdx.inputs.records import OWN_POSITIVE_RELATION, InputError
+from transferdx.inputs.sentence_transformers import load_ntuple
+from transferdx.inputs.transferdx_records import read_records
+from transferdx.inputs.trec_dl import load_trec_dl
 
 GOOD = {
     "qid": "1",

@@ -35,15 +35,13 @@ from hypothesis import strategies as st
 
 from tests.conftest import data_dir
 from transferdx.auditing.report import exclusions_frame
-from transferdx.inputs.formats import (
-    load_flagembedding,
-    load_msmarco_triples,
-    load_ntuple,
-    load_st_hard_negatives,
-    load_trec_dl,
-)
-from transferdx.inputs.records import InputError, LoadResult, read_records, write_records
-from transferdx.inputs.shapes import load_path
+from transferdx.inputs.flagembedding import load_flagembedding
+from transferdx.inputs.msmarco import load_msmarco_triples, load_st_hard_negatives
+from transferdx.inputs.records import InputError, LoadResult
+from transferdx.inputs.registry import load_path
+from transferdx.inputs.sentence_transformers import load_ntuple
+from transferdx.inputs.transferdx_records import read_records, write_records
+from transferdx.inputs.trec_dl import load_trec_dl
 
 DATA = data_dir()
 pytestmark = pytest.mark.skipif(not (DATA / "msmarco-dl19").is_dir(), reason=f"real data not found at {DATA}")
@@ -267,8 +265,8 @@ def one_per_line(header: bool = False) -> Callable[[list[Line], LoadResult], Non
         items = len(lines) - (1 if header and valid and _looks_like_header(valid[0]) else 0)
         assert items == len(result.records) + len(record_excluded(result))
         for desc in result.descriptors.values():
-            if "lines" in desc:
-                d = desc["lines"]
+            d = desc.get("lines", desc.get("rows"))  # the triples reader counts lines, row formats rows
+            if d is not None:
                 assert d["read"] == items == d["in_records"] + d["excluded"]
                 assert d["records"] == d["in_records"] == len(result.records)
 

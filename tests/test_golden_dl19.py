@@ -4,7 +4,7 @@ Three queries × two runs (BM25, D_BERT_KD_TASB) of ``msmarco-dl19``. Everything
 between the files and the record values is redone here in plain Python, from the definitions in
 docs/design.md, without calling the package:
 
-- **Records** (the TREC-DL loader's rule, ``transferdx.inputs.formats.load_trec_dl``): a passage's
+- **Records** (the TREC-DL loader's rule, ``transferdx.inputs.trec_dl.load_trec_dl``): a passage's
   text is the first one seen over the loaded runs (runs in name order, hits in rank order), for
   positives and negatives alike (one passage id, one text). The positives of a query are its
   passages judged ≥ 2 whose text some loaded run has, ordered by grade (descending) then passage id
@@ -41,8 +41,8 @@ import pytest
 from transferdx.auditing.core import audit
 from transferdx.diagnostics.tokens import alnum
 from transferdx.embed import EmbeddingCache, EncoderSpec
-from transferdx.inputs.formats import load_trec_dl
 from transferdx.inputs.records import LoadResult
+from transferdx.inputs.trec_dl import load_trec_dl
 
 pytestmark = pytest.mark.slow
 

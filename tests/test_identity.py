@@ -19,8 +19,8 @@ import pytest
 
 from transferdx.diagnostics.lexical import negative_residuality, passage_identity
 from transferdx.diagnostics.tokens import alnum
-from transferdx.inputs.formats import load_trec_dl, order_by_grade
-from transferdx.inputs.records import Passage, Record
+from transferdx.inputs.records import Passage, Record, order_by_grade
+from transferdx.inputs.trec_dl import load_trec_dl
 
 RUNS = ["BM25", "BM25_RM3", "D_BERT_KD_TASB", "OPEN_AI_ADA2", "REP_LLAMA", "SPLADE_P_P_ENSEMBLE_DISTIL"]
 TOKEN = re.compile(r"[^\W_]+")
@@ -234,7 +234,7 @@ def test_beir_positives_in_numeric_id_order(data):
     so p0 of a query judged relevant for "12" and "100" is "12" (string order would pick "100")."""
     import csv
 
-    from transferdx.inputs.formats import load_beir
+    from transferdx.inputs.beir import load_beir
 
     qrels: dict[str, dict[str, int]] = {}
     with open(data / "beir" / "scifact" / "qrels" / "train.tsv", newline="") as handle:

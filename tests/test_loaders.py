@@ -9,19 +9,14 @@ from collections import Counter
 
 import pytest
 
-from transferdx.inputs.formats import (
-    LOADERS,
-    load,
-    load_beir,
-    load_flagembedding,
-    load_msmarco_triples,
-    load_ntuple,
-    load_st_hard_negatives,
-    load_trec_dl,
-    parse_slice,
-    read_id_text_tsv,
-)
-from transferdx.inputs.records import read_records, write_records
+from transferdx.inputs.beir import load_beir
+from transferdx.inputs.flagembedding import load_flagembedding
+from transferdx.inputs.msmarco import load_msmarco_triples, load_st_hard_negatives
+from transferdx.inputs.reading import parse_slice, read_id_text_tsv
+from transferdx.inputs.registry import load, names
+from transferdx.inputs.sentence_transformers import load_ntuple
+from transferdx.inputs.transferdx_records import read_records, write_records
+from transferdx.inputs.trec_dl import load_trec_dl
 
 DL19_RUNS = ["BM25", "BM25_RM3", "D_BERT_KD_TASB", "OPEN_AI_ADA2", "REP_LLAMA", "SPLADE_P_P_ENSEMBLE_DISTIL"]
 
@@ -199,11 +194,48 @@ def test_records_folder_reads_every_file(tmp_path, dl19):
 
 
 def test_registry_and_slices():
-    assert set(LOADERS) == {"records", "ntuple", "msmarco_triples", "flagembedding", "st_hard_negatives", "trec_dl"}
+    assert set(names("read")) == {
+        "records",
+        "ntuple",
+        "msmarco_triples",
+        "flagembedding",
+        "st_hard_negatives",
+        "trec_dl",
+        "demo",
+    }
+    assert set(names("query_set")) == {"beir", "trec_dl_pool", "demo_pool"}
+    assert names("shape") == ["flagembedding", "ntuple", "triplet", "labeled_list", "labeled_pair", "records"]
     with pytest.raises(ValueError, match="unknown input format 'csv'"):
-        load("csv", path="x")
+        load("x", format="csv")
+    with pytest.raises(ValueError, match="'beir' is a query set, not records"):
+        load("x", format="beir")
     assert parse_slice("[2:7]") == slice(2, 7)
     assert parse_slice(None, 8) == slice(0, 8)
     for bad in ("2:7", "[7:2]", "[a:b]"):
         with pytest.raises(ValueError, match="slice"):
             parse_slice(bad)
+
+
+def test_one_chooser_serves_paths_configs_and_names(tmp_path, data):
+    """``load`` reads a named format from a path given positionally or as a config gives it
+    (``path=`` / ``root=`` among the options), and the demo by its name."""
+    toy = data / "msmarco-toy/flagembedding_msmarco.jsonl"
+    by_path = load(toy, format="flagembedding", k=3)
+    by_config = load(format="flagembedding", path=str(toy), k=3, seed=0, source="flagembedding")
+    assert by_path == by_config == load_flagembedding(toy, k=3)
+    assert load(format="trec_dl", root=str(data / "msmarco-dl19"), runs=["BM25"]).sources == ["BM25"]
+    assert load("demo").sources == load(format="demo", k=8, seed=0).sources
+
+
+def test_registry_knows_the_demo_on_its_own():
+    """``sources/demo.py`` registers the demo; importing only the registry finds it (importing any
+    transferdx module imports the package, which imports ``transferdx.sources``)."""
+    import subprocess
+    import sys
+
+    code = (
+        "from transferdx.inputs.registry import load, load_query_set;"
+        "print(len(load('demo').sources), load_query_set('demo').name)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert out.split() == ["3", "demo"]

@@ -1,4 +1,4 @@
-"""Files recognised by their shape (transferdx/inputs/shapes.py): the real sentence-transformers
+"""Files recognised by their shape (transferdx/inputs/registry.py): the real sentence-transformers
 ``mine_hard_negatives`` output in every output_format and every saved form loads through
 ``tdx.load``, rows group into one record per anchor, scores are carried, duplicates counted, and
 every unrecognised shape or bad value is one located error."""
@@ -16,8 +16,10 @@ import pandas as pd
 import pytest
 
 import transferdx as tdx
-from transferdx.inputs.records import InputError, read_records, text_id, write_records
-from transferdx.inputs.shapes import SHAPES, load_path, parse_list_cell, query_id
+from transferdx.inputs.records import InputError, query_id, text_id
+from transferdx.inputs.registry import load_path, names
+from transferdx.inputs.rows import parse_list_cell
+from transferdx.inputs.transferdx_records import read_records, write_records
 
 from .conftest import data_dir, record
 
@@ -292,7 +294,7 @@ def test_unrecognised_shape_is_one_error_naming_file_and_columns(tmp_path):
     message = str(info.value)
     assert "\n" not in message
     assert message.startswith(f"{path}: field '<columns>': unrecognised shape: columns ['a', 'b']")
-    for name in SHAPES:
+    for name in names("shape"):
         assert f"{name} (" in message
     assert "negative_1..negative_n" in message
     frame = pd.DataFrame({"text": ["x"]})

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from transferdx.auditing.core import audit
 from transferdx.diagnostics.tokens import alnum
 from transferdx.embed import topk_chunked
-from transferdx.inputs.formats import QuerySet, load_trec_dl_query_set
-from transferdx.inputs.records import OWN_POSITIVE_RELATION, Passage, Record
+from transferdx.inputs.records import OWN_POSITIVE_RELATION, Passage, QuerySet, Record
+from transferdx.inputs.trec_dl import load_trec_dl_query_set
 from transferdx.sources.build import build_sources, hybrid
 from transferdx.sources.context import BuildContext
 from transferdx.sources.controls import CONTROLS, build_control, derangement, random_mix

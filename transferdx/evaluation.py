@@ -34,7 +34,7 @@ def load_beir_split(folder: str | Path, split: str = "test", max_queries: int | 
     """A BEIR folder through beir's ``GenericDataLoader``; optionally a seeded subset of queries."""
     from beir.datasets.data_loader import GenericDataLoader
 
-    from transferdx.inputs.formats import require_path
+    from transferdx.inputs.reading import require_path
 
     folder = require_path(folder, "folder")
     corpus, queries, qrels = GenericDataLoader(data_folder=str(folder)).load(split=split)

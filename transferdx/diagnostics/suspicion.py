@@ -22,7 +22,6 @@ rule not chosen (``positive_aware`` or ``combined``) is unchecked too.
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -30,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from transferdx.diagnostics.fn_combined import features, load_combined
+from transferdx.inputs.records import normalise_text, passage_key  # the identity of texts and passages
 
 REASONS = ("positive_aware", "combined", "duplicate_positive", "near_duplicate_positive", "duplicate_negative")
 ENCODER_REASONS = frozenset({"positive_aware", "combined", "near_duplicate_positive"})
@@ -52,11 +52,6 @@ class SuspicionSettings:
             raise ValueError(f"suspicion alpha must lie in (0, 1], got {self.alpha}")
         if not -1 <= self.delta <= 1:
             raise ValueError(f"suspicion delta must lie in [-1, 1], got {self.delta}")
-
-
-def normalise_text(text: str) -> str:
-    """Unicode NFKC, case-folded, runs of whitespace collapsed to one space, ends stripped."""
-    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
 
 
 def positive_aware(s_qp: np.ndarray, s_qn: np.ndarray, alpha: float = 0.95) -> np.ndarray:
@@ -82,12 +77,6 @@ def duplicate_positive(negatives: Sequence[str], owner: np.ndarray, positives: S
         dtype=bool,
         count=len(negatives),
     )
-
-
-def passage_key(passage_id: str | None, text: str) -> str:
-    """Identity of a passage for ``duplicate_negative``: its id, or its normalised text when the id
-    is absent or empty."""
-    return f"id:{passage_id}" if passage_id else f"text:{normalise_text(text)}"
 
 
 def duplicate_negative(keys: Sequence[str], owner: np.ndarray) -> np.ndarray:

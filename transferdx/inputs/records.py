@@ -1,36 +1,24 @@
-"""Records: the data model (docs/design.md §2), validation, and the exclusion log.
+"""Records: the data model (docs/design.md §2) and the identity of queries and passages.
 
 A :class:`Record` is one training query with its reference positive(s) and the negatives of one
-source. Every loader produces records through :class:`RecordBuilder`, which validates each field and
-applies the error policy: ``raise`` stops at the first problem with a :class:`InputError` naming the
-file, line and field; ``skip`` records an :class:`Exclusion` (file, line, field, reason) and goes on.
-Nothing is dropped silently: every input record ends up in the output or in the exclusion log.
-
-Text files are read one line at a time as bytes (:func:`iter_lines`, gunzipped when the name ends in
-``.gz``) and each line is decoded on its own, so an invalid UTF-8 byte is a located problem of that
-line (field ``<encoding>``), a truncated gzip stream one of the line where it ends, and a UTF-8 BOM
-is dropped. Exclusions name their file relative to the input's root (:func:`artifact_name`), so the
-same data gives the same exclusion log wherever it lives; errors keep the path as given.
+source; a :class:`LoadResult` holds the records of one or more inputs with the exclusion log (every
+input item left out, :class:`Exclusion`), a descriptor per source and the measured false negatives;
+a :class:`QuerySet` is what miners build sources from (queries, positives, a pool; no negatives).
+Bad input is an :class:`InputError` naming file, line and field. This module holds only the types
+and the rules that name things; reading lives in :mod:`transferdx.inputs.reading` and the format
+families (one module each, behind :mod:`transferdx.inputs.registry`).
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import json
-import math
-import re
-import zlib
-from collections.abc import Iterable, Iterator, Mapping
+import unicodedata
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from transferdx.artifacts import atomic_write_text, canonical_json, file_hash, safe_join
-from transferdx.diagnostics.suspicion import passage_key
-from transferdx.inputs.texts import intern_passages, intern_text
 
 POLICIES = ("raise", "skip")
 KINDS = ("genuine", "control")
@@ -104,28 +92,68 @@ class Record:
         }
 
 
+@dataclass(frozen=True)
+class QuerySet:
+    """Queries with their positives and a passage pool (no negatives): the input of miners.
+
+    ``judgments`` (qid → passage id → grade), when present, are deep relevance judgments: they let
+    a build measure how many mined negatives are in fact relevant (grade ≥ ``relevant_grade``).
+    """
+
+    name: str
+    queries: dict[str, str]
+    positives: dict[str, list[str]]  # qid → positive passage ids, best first
+    pool: dict[str, str]  # passage id → text
+    judgments: dict[str, dict[str, int]] | None = None
+    relevant_grade: int = 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Identity: ids of what comes without one, the passage key, the order of graded positives
+# ---------------------------------------------------------------------------------------------
+
+
 def text_id(text: str) -> str:
     """Content-addressed passage id for inputs that carry text but no id: ``t`` + sha1[:16]."""
     return "t" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]
 
 
+def query_id(query: str) -> str:
+    """Stable id of a query that comes without one: ``q`` + the first 12 hex of sha256(text)."""
+    return "q" + hashlib.sha256(query.encode("utf-8")).hexdigest()[:12]
+
+
+def normalise_text(text: str) -> str:
+    """Unicode NFKC, case-folded, runs of whitespace collapsed to one space, ends stripped."""
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+
+
+def passage_key(passage_id: str | None, text: str) -> str:
+    """Identity of a passage for ``duplicate_negative``: its id, or its normalised text when the id
+    is absent or empty."""
+    return f"id:{passage_id}" if passage_id else f"text:{normalise_text(text)}"
+
+
+def is_numeric_id(pid: str) -> bool:
+    """An id of ASCII digits only (``"²"`` is a digit to ``str.isdigit`` but not an integer)."""
+    return pid.isascii() and pid.isdigit()
+
+
+def order_by_grade(ids: Sequence[str], grades: dict[str, int]) -> list[str]:
+    """Passage ids by grade (descending), then id: numerically when every id is an integer (MS MARCO
+    passage ids are), otherwise as strings (design §3, identity of passages)."""
+    if all(is_numeric_id(p) for p in ids):
+        return sorted(ids, key=lambda p: (-grades[p], int(p), p))
+    return sorted(ids, key=lambda p: (-grades[p], p))
+
+
+# ---------------------------------------------------------------------------------------------
+# Results
+# ---------------------------------------------------------------------------------------------
+
 # Descriptor notes that count kept items worth knowing about; summed when results are merged.
 DUPLICATE_NEGATIVES_KEPT = "duplicate_negatives_kept"
 ADDITIVE_NOTES = (DUPLICATE_NEGATIVES_KEPT,)
-
-
-def artifact_name(file: str | Path, root: str | Path | None = None) -> str:
-    """How an input file is named in artifacts (the exclusion log): relative to the input's root
-    (``root``, a folder the user gave), else its file name; ``<...>`` origins stay as they are."""
-    text = str(file)
-    if text.startswith("<"):
-        return text
-    if root is not None:
-        try:
-            return Path(file).relative_to(root).as_posix()
-        except ValueError:
-            pass
-    return Path(text).name
 
 
 @dataclass
@@ -168,517 +196,6 @@ class LoadResult:
     @property
     def sources(self) -> list[str]:
         return sorted({r.source for r in self.records} | {e.source for e in self.exclusions if e.source})
-
-
-def text_value(value: Any, where: str) -> str:
-    """``value`` if it is a non-empty string of valid Unicode, else ``FieldProblem(where, …)``."""
-    if not isinstance(value, str):
-        raise FieldProblem(where, f"expected a string, got {type(value).__name__}")
-    if not value.strip():
-        raise FieldProblem(where, "empty string")
-    check_unicode(value, where)
-    return value
-
-
-class RecordBuilder:
-    """Validates fields and applies the error policy for one input file."""
-
-    def __init__(
-        self,
-        file: str | Path,
-        on_error: str = "raise",
-        seen: set[tuple[str, str]] | None = None,
-        *,
-        label: str | None = None,
-        note_duplicates: bool = False,
-    ):
-        if on_error not in POLICIES:
-            raise ValueError(f"on_error must be one of {POLICIES}, got {on_error!r}")
-        self.file = str(file)  # as given: located errors name it
-        self.label = artifact_name(file) if label is None else label  # the exclusion log names this
-        self.on_error = on_error
-        self.result = LoadResult()
-        # (source, qid) pairs already kept; shared between the files of one input so that a query
-        # appears at most once per source.
-        self.seen: set[tuple[str, str]] = set() if seen is None else seen
-        # input readers count negatives repeated within a kept record (kept: the audit flags them
-        # as duplicate_negative suspects) in the source's descriptor, DUPLICATE_NEGATIVES_KEPT
-        self.note_duplicates = note_duplicates
-        # lines that could not be read at all (bad encoding, truncated gzip), each a counted exclusion
-        self.unreadable = 0
-
-    # -- policy ---------------------------------------------------------------------------------
-    def fail(
-        self,
-        line: int | str | None,
-        field: str,
-        reason: str,
-        *,
-        source: str = "",
-        qid: str = "",
-        unit: str = "record",
-        item: str = "",
-    ) -> None:
-        """Raise under ``raise``; log an exclusion under ``skip``."""
-        if self.on_error == "raise":
-            raise InputError(self.file, line, field, reason)
-        self.exclude(line, field, reason, source=source, qid=qid, unit=unit, item=item)
-
-    def exclude(
-        self,
-        line: int | str | None,
-        field: str,
-        reason: str,
-        *,
-        source: str = "",
-        qid: str = "",
-        unit: str = "record",
-        item: str = "",
-    ) -> None:
-        """Always-counted exclusion that is legitimate data, not an input error (e.g. K = 0 in a run)."""
-        self.result.exclusions.append(
-            Exclusion(self.label, "" if line is None else str(line), source, qid, unit, item, field, reason)
-        )
-
-    # -- validation helpers ---------------------------------------------------------------------
-    @staticmethod
-    def text_field(obj: Mapping[str, Any], key: str) -> str:
-        """Return a non-empty string field or raise ``FieldProblem``."""
-        if key not in obj:
-            raise FieldProblem(key, "missing")
-        return text_value(obj[key], key)
-
-    @staticmethod
-    def id_field(obj: Mapping[str, Any], key: str) -> str:
-        if key not in obj:
-            raise FieldProblem(key, "missing")
-        value = obj[key]
-        if isinstance(value, bool) or not isinstance(value, (str, int)):
-            raise FieldProblem(key, f"expected a string or integer id, got {type(value).__name__}")
-        value = str(value)
-        if not value.strip():
-            raise FieldProblem(key, "empty id")
-        check_unicode(value, key)
-        return value
-
-    # -- assembly -------------------------------------------------------------------------------
-    def add(
-        self,
-        line: int | str | None,
-        *,
-        qid: str,
-        query: str,
-        positives: Iterable[Passage],
-        negatives: Iterable[Passage],
-        source: str,
-        kind: str = "genuine",
-        empty_reason: str = "record has no negatives",
-        empty_is_error: bool = True,
-    ) -> Record | None:
-        """Validate record-level invariants and keep the record, or fail/exclude it."""
-        positives = tuple(positives)
-        if (source, qid) in self.seen:
-            self.fail(line, "qid", f"duplicate query {qid!r} in source {source!r}", source=source, qid=qid)
-            return None
-        if kind not in KINDS:
-            self.fail(line, "kind", f"must be one of {KINDS}, got {kind!r}", source=source, qid=qid)
-            return None
-        if not positives:
-            self.fail(line, "positives", "record has no positive", source=source, qid=qid)
-            return None
-        pos_texts = {p.text for p in positives}
-        kept: list[Passage] = []
-        for neg in negatives:
-            if neg.text in pos_texts and neg.relation != OWN_POSITIVE_RELATION:
-                self.fail(
-                    line,
-                    "negatives",
-                    f"negative {neg.id!r} is identical to a positive",
-                    source=source,
-                    qid=qid,
-                    unit="negative",
-                    item=neg.id,
-                )
-                continue
-            kept.append(neg)
-        if not kept:
-            if empty_is_error:
-                self.fail(line, "negatives", empty_reason, source=source, qid=qid)
-            else:
-                self.exclude(line, "negatives", empty_reason, source=source, qid=qid)
-            return None
-        # one object per distinct text and passage, shared across records, files and sources
-        record = Record(
-            intern_text(qid),
-            intern_text(query),
-            intern_passages(positives),
-            intern_passages(kept),
-            intern_text(source),
-            kind,
-        )
-        self.seen.add((source, qid))
-        self.result.records.append(record)
-        if self.note_duplicates:
-            keys = [passage_key(n.id, n.text) for n in kept]
-            self.result.note(source, DUPLICATE_NEGATIVES_KEPT, len(keys) - len(set(keys)))
-        return record
-
-
-class FieldProblem(Exception):
-    def __init__(self, field: str, reason: str):
-        super().__init__(reason)
-        self.field, self.reason = field, reason
-
-
-# ---------------------------------------------------------------------------------------------
-# The records JSONL format
-# ---------------------------------------------------------------------------------------------
-
-
-def is_gzip(path: str | Path) -> bool:
-    return str(path).lower().endswith(".gz")
-
-
-BOM = b"\xef\xbb\xbf"
-# what reading a truncated or corrupt gzip stream raises (BadGzipFile is an OSError)
-GZIP_ERRORS = (EOFError, OSError, zlib.error)
-
-
-def _undecodable(byte: int, column: int) -> str:
-    return f"not valid UTF-8: byte 0x{byte:02x} at byte {column} of the line"
-
-
-def _stream_error(exc: BaseException) -> str:
-    kind = "truncated" if isinstance(exc, EOFError) else "corrupt"
-    return f"{kind} gzip stream ({exc}); the rest of the file cannot be read"
-
-
-def iter_lines(path: str | Path, builder: RecordBuilder | None = None) -> Iterator[tuple[int, str]]:
-    """Yield (1-based line number, text without its line end) for every line of a text file.
-
-    Lines are split on ``\\n`` (a trailing ``\\r`` dropped) and decoded as UTF-8 one at a time, so
-    numbers match ``sed -n Np``; a BOM before line 1 is dropped; ``.gz`` names are gunzipped. A line
-    that is not valid UTF-8, or the point where a gzip stream breaks off, goes through
-    ``builder.fail`` (field ``<encoding>``: a located error under ``raise``, a counted exclusion
-    under ``skip``, also counted in ``builder.unreadable``); without a builder it raises
-    :class:`InputError`. Blank lines are yielded too (readers skip them).
-    """
-    path = Path(path)
-
-    def bad(lineno: int, reason: str) -> None:
-        if builder is None:
-            raise InputError(path, lineno, "<encoding>", reason)
-        builder.fail(lineno, "<encoding>", reason)
-        builder.unreadable += 1
-
-    lineno = 0
-    with gzip.open(path, "rb") if is_gzip(path) else open(path, "rb") as handle:
-        lines = iter(handle)
-        while True:
-            try:
-                raw = next(lines)
-            except StopIteration:
-                return
-            except GZIP_ERRORS as exc:
-                bad(lineno + 1, _stream_error(exc))
-                return
-            lineno += 1
-            if lineno == 1 and raw.startswith(BOM):
-                raw = raw[len(BOM) :]
-            if raw.endswith(b"\n"):
-                raw = raw[:-1]
-            if raw.endswith(b"\r"):
-                raw = raw[:-1]
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                bad(lineno, _undecodable(raw[exc.start], exc.start + 1))
-                continue
-            yield lineno, text
-
-
-def read_text(path: str | Path) -> str:
-    """A whole text file (a JSON document) as UTF-8, a BOM dropped, gunzipped for ``.gz``; a bad
-    byte or a broken gzip stream is an :class:`InputError` naming the line."""
-    path = Path(path)
-    try:
-        with gzip.open(path, "rb") if is_gzip(path) else open(path, "rb") as handle:
-            data = handle.read()
-    except GZIP_ERRORS as exc:
-        raise InputError(path, None, "<encoding>", _stream_error(exc)) from None
-    if data.startswith(BOM):
-        data = data[len(BOM) :]
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        column = exc.start - data.rfind(b"\n", 0, exc.start)
-        raise InputError(path, line, "<encoding>", _undecodable(data[exc.start], column)) from None
-
-
-def check_unicode(value: str, where: str) -> None:
-    """A string from JSON may hold a lone surrogate (``"\\ud800"``), which is not text: no
-    UTF-8 encoding exists, so hashing or writing it would fail far from the input."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise FieldProblem(where, f"lone surrogate U+{ord(value[exc.start]):04X}: not valid Unicode text") from None
-
-
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-
-
-def lone_surrogate(obj: Any, where: str = "") -> str | None:
-    """The JSON path (``negatives[0].text``) of the first string or key holding a lone surrogate."""
-    if isinstance(obj, str):
-        try:
-            obj.encode("utf-8")
-        except UnicodeEncodeError:
-            return where or "<line>"
-        return None
-    if isinstance(obj, list):
-        for i, item in enumerate(obj):
-            found = lone_surrogate(item, f"{where}[{i}]")
-            if found:
-                return found
-    if isinstance(obj, dict):
-        for key, value in obj.items():
-            inner = f"{where}.{key}" if where else str(key)
-            if lone_surrogate(key) is not None:
-                return f"{where}.<key>" if where else "<key>"
-            found = lone_surrogate(value, inner)
-            if found:
-                return found
-    return None
-
-
-def parse_json(text: str) -> Any:
-    """``json.loads`` whose every failure is a ``ValueError`` (JSONDecodeError, numbers past the
-    integer-digit limit, nesting past the recursion limit)."""
-    try:
-        return json.loads(text)
-    except RecursionError:
-        raise ValueError("JSON nested too deeply") from None
-
-
-def surrogate_problem(obj: Any) -> FieldProblem | None:
-    """The located problem of a parsed JSON value holding a lone surrogate, if any."""
-    try:
-        where = lone_surrogate(obj)
-    except RecursionError:
-        return FieldProblem("<json>", "JSON nested too deeply")
-    return None if where is None else FieldProblem(where, "lone surrogate: not valid Unicode text")
-
-
-def loads_json(text: str) -> Any:
-    """:func:`parse_json`, and a string or key holding a lone surrogate a ``FieldProblem``."""
-    obj = parse_json(text)
-    if _SURROGATE_ESCAPE.search(text):
-        try:
-            where = lone_surrogate(obj)
-        except RecursionError:
-            raise ValueError("JSON nested too deeply") from None
-        if where is not None:
-            raise FieldProblem(where, "lone surrogate: not valid Unicode text")
-    return obj
-
-
-_NEGATIVE_COLUMN = re.compile(r"^negative_(\d+)$")
-
-
-def negative_columns(names: Iterable[str]) -> list[str]:
-    """The ``negative_1..n`` columns (n-tuple tables) among ``names``, in numeric order."""
-    return sorted((c for c in names if _NEGATIVE_COLUMN.match(c)), key=lambda c: int(c.split("_")[1]))
-
-
-def iter_jsonl(path: Path, builder: RecordBuilder | None = None) -> Iterator[tuple[int, str]]:
-    """Yield (1-based line number, stripped line) for non-blank lines (see :func:`iter_lines`)."""
-    for lineno, raw in iter_lines(path, builder):
-        line = raw.strip()
-        if line:
-            yield lineno, line
-
-
-def parse_json_line(builder: RecordBuilder, lineno: int, line: str) -> dict[str, Any] | None:
-    """Parse one JSONL line into an object, or fail with a located error."""
-    try:
-        obj = loads_json(line)
-    except json.JSONDecodeError as exc:
-        builder.fail(lineno, "<line>", f"malformed JSON ({exc.msg} at column {exc.colno})")
-        return None
-    except ValueError as exc:
-        builder.fail(lineno, "<line>", f"malformed JSON ({exc})")
-        return None
-    except FieldProblem as p:
-        builder.fail(lineno, p.field, p.reason)
-        return None
-    if not isinstance(obj, dict):
-        builder.fail(lineno, "<line>", f"expected a JSON object, got {type(obj).__name__}")
-        return None
-    return obj
-
-
-def _passage(obj: Any, where: str, *, default_method: str | None = None) -> Passage:
-    if isinstance(obj, str):  # bare text
-        if not obj.strip():
-            raise FieldProblem(where, "empty string")
-        check_unicode(obj, where)
-        return Passage(text_id(obj), obj, default_method)
-    if not isinstance(obj, dict):
-        raise FieldProblem(where, f"expected an object or a string, got {type(obj).__name__}")
-    try:
-        text = RecordBuilder.text_field(obj, "text")
-        pid = RecordBuilder.id_field(obj, "id") if "id" in obj else text_id(text)
-    except FieldProblem as p:
-        raise FieldProblem(f"{where}.{p.field}", p.reason) from None
-    rank, judgment = obj.get("rank"), obj.get("judgment")
-    for key, value in (("rank", rank), ("judgment", judgment)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise FieldProblem(f"{where}.{key}", f"expected an integer or null, got {type(value).__name__}")
-    method = obj.get("method", default_method)
-    relation = obj.get("relation")
-    for key, value in (("method", method), ("relation", relation)):
-        if value is not None and not isinstance(value, str):
-            raise FieldProblem(f"{where}.{key}", f"expected a string or null, got {type(value).__name__}")
-    score = obj.get("score")
-    if score is not None:
-        if isinstance(score, bool) or not isinstance(score, (int, float)):
-            raise FieldProblem(f"{where}.score", f"expected a number or null, got {type(score).__name__}")
-        try:
-            score = float(score)
-        except OverflowError:
-            score = math.inf
-        if not math.isfinite(score):
-            raise FieldProblem(f"{where}.score", "expected a finite number")
-    return Passage(pid, text, method, relation, rank, judgment, score)
-
-
-def _passage_list(obj: Mapping[str, Any], key: str, **kw: Any) -> list[Passage]:
-    if key not in obj:
-        raise FieldProblem(key, "missing")
-    items = obj[key]
-    if not isinstance(items, list):
-        raise FieldProblem(key, f"expected a list, got {type(items).__name__}")
-    return [_passage(item, f"{key}[{i}]", **kw) for i, item in enumerate(items)]
-
-
-def record_from_obj(
-    builder: RecordBuilder, lineno: int, obj: Mapping[str, Any], default_source: str | None = None
-) -> Record | None:
-    """Validate one records-format object (docs/design.md §2) and hand it to the builder."""
-    qid = str(obj.get("qid", ""))
-    source = obj.get("source", default_source)
-    try:
-        qid = builder.id_field(obj, "qid")
-        query = builder.text_field(obj, "query")
-        if source is None:
-            raise FieldProblem("source", "missing (and no default source was given)")
-        if not isinstance(source, str) or not source.strip():
-            raise FieldProblem("source", "expected a non-empty string")
-        kind = obj.get("kind", "genuine")
-        positives = _passage_list(obj, "positives")
-        negatives = _passage_list(obj, "negatives")
-    except FieldProblem as p:
-        builder.fail(lineno, p.field, p.reason, source=str(source or ""), qid=qid)
-        return None
-    return builder.add(lineno, qid=qid, query=query, positives=positives, negatives=negatives, source=source, kind=kind)
-
-
-def read_records(path: str | Path, on_error: str = "raise", source: str | None = None) -> LoadResult:
-    """Read a records JSONL file, or every ``*.jsonl`` file in a folder (sorted by name)."""
-    path = Path(path)
-    if path.is_dir():
-        files = sorted(path.glob("*.jsonl"))
-        if not files:
-            raise InputError(path, None, "<path>", "folder contains no *.jsonl files")
-    elif path.is_file():
-        files = [path]
-    else:
-        raise InputError(path, None, "<path>", "no such file or folder")
-
-    result = LoadResult()
-    seen: set[tuple[str, str]] = set()
-    for file in files:
-        builder = RecordBuilder(file, on_error, seen, note_duplicates=True)
-        for lineno, line in iter_jsonl(file, builder):
-            obj = parse_json_line(builder, lineno, line)
-            if obj is not None:
-                record_from_obj(builder, lineno, obj, default_source=source)
-        result.extend(builder.result)
-        digest = file_hash(file)
-        for name in {r.source for r in builder.result.records}:
-            result.describe(
-                name,
-                input={"format": "records", "file": file.name, "sha256": digest},
-                mining_method="as recorded in the file (negatives[].method)",
-                reference_positive="positives[0] as given",
-            )
-    if path.is_dir():
-        read_sidecars(path, result)
-    return result
-
-
-SOURCE_NAME = re.compile(r"^[\w.+-]+$")
-SIDECARS = {"descriptors": "descriptors.json", "false_negatives": "false_negatives.json"}
-
-
-def write_source_folder(loaded: LoadResult, folder: str | Path) -> list[Path]:
-    """One ``<source>.jsonl`` per source plus ``descriptors.json`` and ``false_negatives.json``
-    sidecars, all inside ``folder``; ``read_records(folder)`` reads them back."""
-
-    folder = Path(folder)
-    written = []
-    for source in loaded.sources:
-        if not SOURCE_NAME.match(source):
-            raise ValueError(f"source name {source!r} cannot be a file name (letters, digits, . + - _ only)")
-        path = safe_join(folder, f"{source}.jsonl")
-        write_records([r for r in loaded.records if r.source == source], path)
-        written.append(path)
-    atomic_write_text(safe_join(folder, SIDECARS["descriptors"]), canonical_json(loaded.descriptors))
-    fn = {s: [list(row) for row in rows] for s, rows in loaded.false_negatives.items()}
-    atomic_write_text(safe_join(folder, SIDECARS["false_negatives"]), canonical_json(fn))
-    return written
-
-
-def _sidecar_json(path: Path) -> Any:
-    try:
-        return loads_json(read_text(path))
-    except json.JSONDecodeError as exc:
-        raise InputError(path, exc.lineno, "<json>", f"malformed JSON ({exc.msg})") from None
-    except ValueError as exc:
-        raise InputError(path, None, "<json>", f"malformed JSON ({exc})") from None
-    except FieldProblem as p:
-        raise InputError(path, None, p.field, p.reason) from None
-
-
-def read_sidecars(folder: Path, result: LoadResult) -> None:
-    """Descriptors and false-negative counts written next to the records (plain JSON, validated)."""
-    path = folder / SIDECARS["descriptors"]
-    if path.is_file():
-        data = _sidecar_json(path)
-        if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
-            raise InputError(path, None, "<root>", "expected an object {source: {descriptor}}")
-        for source, desc in data.items():
-            result.describe(source, **desc)
-    path = folder / SIDECARS["false_negatives"]
-    if path.is_file():
-        data = _sidecar_json(path)
-        if not isinstance(data, dict):
-            raise InputError(path, None, "<root>", "expected an object {source: [[qid, n_relevant, n]]}")
-        for source, rows in data.items():
-            ok = isinstance(rows, list) and all(
-                isinstance(r, list) and len(r) == 3 and isinstance(r[1], int) and isinstance(r[2], int) for r in rows
-            )
-            if not ok:
-                raise InputError(path, None, source, "expected a list of [qid, n_relevant, n_negatives]")
-            result.false_negatives[source] = [(str(q), a, b) for q, a, b in rows]
-
-
-def write_records(records: Iterable[Record], path: str | Path) -> None:
-    """Write records as JSONL (one object per line, keys in a fixed order)."""
-
-    lines = [json.dumps(r.to_dict(), ensure_ascii=False) for r in records]
-    atomic_write_text(path, "".join(line + "\n" for line in lines))
 
 
 def sample_queries(loaded: LoadResult, fraction: float, seed: int = 0) -> tuple[LoadResult, int]:

@@ -7,8 +7,8 @@ Two tools keep one copy instead:
 - **Load-time interning** (:func:`intern_text`, :func:`intern_passage`): every loader builds its
   records through ``RecordBuilder.add``, which interns each record's strings and passages. Equal
   strings (queries, passage texts, ids, methods, source names) then share one ``str`` object, and
-  equal passages (every field equal, of the same type) share one frozen
-  :class:`~transferdx.inputs.records.Passage`, across files, sources and loads. The pools are
+  equal passages (every field equal, of the same type) share one frozen dataclass instance (a
+  :class:`~transferdx.inputs.records.Passage`), across files, sources and loads. The pools are
   process-wide but do not keep texts alive: an entry that nothing but the pool refers to is
   dropped each time a pool has doubled since its last sweep, and :func:`release` drops them all.
   Interning is an optimisation only: a text that misses the pool is an equal copy, never a
@@ -30,9 +30,11 @@ import numpy as np
 import pandas as pd
 
 if TYPE_CHECKING:
-    from transferdx.inputs.records import Passage
+    from _typeshed import DataclassInstance
 
 T = TypeVar("T")
+# a frozen dataclass instance (a Passage): this module knows only its fields, never its type
+P = TypeVar("P", bound="DataclassInstance")
 
 SWEEP_MIN = 65_536  # a pool is never swept below this many entries
 
@@ -188,7 +190,7 @@ def _key(values: tuple[Any, ...]) -> Hashable:
     return values if _PLAIN.issuperset(map(type, values)) else tuple(map(_exact, values))
 
 
-def intern_passage(passage: Passage) -> Passage:
+def intern_passage(passage: P) -> P:
     """The pool's passage equal to ``passage`` in every field (with its strings interned)."""
     names, getter = _fields(type(passage))
     values = getter(passage)
@@ -200,7 +202,7 @@ def intern_passage(passage: Passage) -> Passage:
     return _PASSAGES.add(_key(getter(obj)), obj)
 
 
-def intern_passages(passages: Iterable[Passage]) -> tuple[Passage, ...]:
+def intern_passages(passages: Iterable[P]) -> tuple[P, ...]:
     """:func:`intern_passage` of each passage."""
     return tuple(map(intern_passage, passages))
 

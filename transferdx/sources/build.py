@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from transferdx.inputs.formats import QuerySet
-from transferdx.inputs.records import LoadResult, Record, RecordBuilder
+from transferdx.inputs.reading import RecordBuilder
+from transferdx.inputs.records import LoadResult, QuerySet, Record
 from transferdx.sources.context import BuildContext, judged
 from transferdx.sources.controls import build_control
 from transferdx.sources.miners import MINERS

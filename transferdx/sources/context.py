@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from transferdx.inputs.formats import QuerySet, parse_slice
-from transferdx.inputs.records import Passage
+from transferdx.inputs.reading import parse_slice
+from transferdx.inputs.records import Passage, QuerySet
 
 KNOWN = ("all", "p0")
 

@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from transferdx.embed import topk_chunked
-from transferdx.inputs.records import OWN_POSITIVE_RELATION, LoadResult, Passage, Record, RecordBuilder
+from transferdx.inputs.reading import RecordBuilder
+from transferdx.inputs.records import OWN_POSITIVE_RELATION, LoadResult, Passage, Record
 from transferdx.sources.context import BuildContext, judged, known_positives, positive_passages
 
 

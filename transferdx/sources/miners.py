@@ -1,6 +1,6 @@
 """Genuine sources the package builds (docs/design.md §4), and the embedded demo set.
 
-A miner ranks the pool for every query of a :class:`~transferdx.inputs.formats.QuerySet`; negatives are
+A miner ranks the pool for every query of a :class:`~transferdx.inputs.records.QuerySet`; negatives are
 the ranking minus every known positive, then a slice (``[0:K]``, ``[2:7]``, …). When the query set
 has deep judgments, the same ranking also gives the *single-label* variant (only p0 known, as in
 MS MARCO training): the share of its negatives judged relevant is the measured false-negative rate.
@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from transferdx.embed import topk_chunked
-from transferdx.inputs.formats import QuerySet, slice_text
-from transferdx.inputs.records import LoadResult, Passage, RecordBuilder
+from transferdx.inputs.reading import RecordBuilder, slice_text
+from transferdx.inputs.records import LoadResult, Passage, QuerySet
 from transferdx.sources.context import BuildContext, judged, known_positives, positive_passages
 from transferdx.sources.perturb import PERTURBATIONS, perturb
 

@@ -1,0 +1,93 @@
+"""FlagEmbedding training data: ``{"query": str, "pos": [str, ...], "neg": [str, ...]}`` per line,
+optionally with ``pos_scores`` / ``neg_scores`` (a reranker's scores, for distillation) and ``qid``.
+
+One reader for both ways in: a file recognised by its columns (``query, pos, neg``; any form, as
+the source named after the file) and :func:`load_flagembedding` (``format="flagembedding"``, the
+``data=flagembedding_toy`` config; JSON lines whatever the file's name, or any table form). Rows
+become records as every row format's do (:mod:`transferdx.inputs.rows`): ``pos[0]`` is the
+reference positive, negatives keep the order of the ``neg`` list (``rank`` = position in it, before
+any slice); a negative repeated within one line is kept and counted (``duplicate_negatives_kept``;
+FlagEmbedding's trainer samples from that list, so it may draw the same passage twice), one that an
+earlier line of the same query already gave is a counted exclusion.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from transferdx.inputs.reading import RecordBuilder, parse_slice, require_path
+from transferdx.inputs.records import LoadResult
+from transferdx.inputs.registry import Format, Shape, register
+from transferdx.inputs.rows import Row, RowReader, cell_scores, cell_text, cell_texts
+from transferdx.inputs.tables import Plan, read_table
+
+
+def _plan(columns: Sequence[str]) -> Plan:
+    return {"scores": {"pos_scores", "neg_scores"} <= set(columns), "qid": "qid" in columns}
+
+
+def _detect(columns: Sequence[str]) -> Plan | None:
+    return _plan(columns) if {"query", "pos", "neg"} <= set(columns) else None
+
+
+def _row(row: Mapping[str, Any], plan: Plan, text_cells: bool) -> Row:
+    query = cell_text(row, "query")
+    pos, neg = cell_texts(row, "pos", text_cells), cell_texts(row, "neg", text_cells)
+    pos_s: list[float | None] = [None] * len(pos)
+    neg_s: list[float | None] = [None] * len(neg)
+    if plan["scores"]:
+        pos_s = list(cell_scores(row, "pos_scores", text_cells, len(pos)))
+        neg_s = list(cell_scores(row, "neg_scores", text_cells, len(neg)))
+    qid = RecordBuilder.id_field(row, "qid") if plan["qid"] else None
+    return Row(query, list(zip(pos, pos_s, strict=True)), list(zip(neg, neg_s, strict=True)), qid)
+
+
+FLAGEMBEDDING = RowReader(
+    "flagembedding",
+    _row,
+    "not recorded (FlagEmbedding table)",
+    "order of the neg list",
+    "pos[0] of the query's first row",
+    per_row={"reference_positive": "pos[0]"},
+)
+
+
+def load_flagembedding(
+    path: str | Path,
+    source: str = "flagembedding",
+    on_error: str = "raise",
+    k: int | None = None,
+    slice_spec: str | Sequence[str] | None = None,
+    method: str | None = None,
+    kind: str = "genuine",
+    group_by_query: bool = False,
+    **_: Any,
+) -> LoadResult:
+    """``format="flagembedding"``: one record per line (``group_by_query``: lines of one query are
+    one record); negatives sliced by ``slice_spec`` (``"[a:b]"``, default ``[0:k]``; all when both
+    are None, and then the descriptor has no ``slice``); ``method`` names how they were made."""
+    path = require_path(path)
+    window = None if k is None and slice_spec is None else parse_slice(slice_spec, k)
+    builder = RecordBuilder(path, on_error, note_duplicates=True)
+    table = read_table(path, builder, fallback="jsonl")
+    return FLAGEMBEDDING.read(
+        table,
+        builder,
+        source,
+        _plan(table.columns),
+        group_by_query=group_by_query,
+        window=window,
+        method=method,
+        kind=kind,
+    )
+
+
+register(
+    Format(
+        "flagembedding",
+        read=load_flagembedding,
+        shape=Shape("query, pos, neg (lists of texts) [, pos_scores, neg_scores]", _detect, FLAGEMBEDDING.read),
+    )
+)

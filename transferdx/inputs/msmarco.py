@@ -1,0 +1,249 @@
+"""MS MARCO: text triples, and sentence-transformers' MS MARCO hard-negative id files.
+
+- ``msmarco_triples`` (:func:`load_msmarco_triples`): ``query<TAB>positive<TAB>negative`` per line
+  (no header, always 3 fields), grouped by query (positives deduplicated by text; negatives in line
+  order, one per line). An exact repeat of an earlier line is a counted exclusion (unit ``line``,
+  "duplicate line of line N"); a negative repeated within a query's record (two lines with
+  different positives) is kept and counted in the descriptor (``duplicate_negatives_kept``; the
+  audit flags it as a ``duplicate_negative`` suspect). Every non-blank line is accounted for in the
+  descriptor's ``lines`` (read = in_records + excluded).
+- ``st_hard_negatives`` (:func:`load_st_hard_negatives`): ``{"qid", "pos": [pid, ...], "neg":
+  {system: [pid, ...]}}`` JSONL (or .jsonl.gz) with a collection TSV (``pid<TAB>text``) and a
+  queries TSV (``qid<TAB>query``); each system becomes one source.
+- ``tsv``: the collection TSV itself as an external IDF corpus (its passage texts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from transferdx.inputs.reading import (
+    FieldProblem,
+    RecordBuilder,
+    check_unicode,
+    input_descriptor,
+    iter_jsonl,
+    parse_json_line,
+    parse_slice,
+    read_id_text_tsv,
+    require_path,
+)
+from transferdx.inputs.records import LoadResult, Passage, text_id
+from transferdx.inputs.registry import Format, register
+from transferdx.inputs.tables import iter_tab_lines, negative_columns
+
+# ---------------------------------------------------------------------------------------------
+# Text triples
+# ---------------------------------------------------------------------------------------------
+
+
+def _rows(
+    path: Path, builder: RecordBuilder, header: bool | None, fields: int | None
+) -> Iterator[tuple[int, dict | None]]:
+    """(line, {query, positive, negative_1.., [qid]}) from tab-separated lines
+    (:func:`~transferdx.inputs.tables.iter_tab_lines`) or, for a ``.jsonl``/``.json`` name, JSON
+    lines; (line, None) for a line that failed (already logged under ``skip``)."""
+    if path.suffix in (".jsonl", ".json") or path.name.lower().endswith((".jsonl.gz", ".json.gz")):
+        for lineno, line in iter_jsonl(path, builder):
+            yield lineno, parse_json_line(builder, lineno, line)
+        return
+    yield from iter_tab_lines(path, builder, header, fields)
+
+
+def load_msmarco_triples(
+    path: str | Path,
+    source: str = "msmarco_triples",
+    on_error: str = "raise",
+    header: bool | None = False,
+    group_by_query: bool = True,
+    method: str | None = None,
+    kind: str = "genuine",
+    fields: int | None = 3,
+    **_: Any,
+) -> LoadResult:
+    """MS MARCO ``query<TAB>positive<TAB>negative`` text triples (see the module docstring); with
+    ``group_by_query=False`` each line is a record of its own."""
+    path = require_path(path)
+    builder = RecordBuilder(path, on_error, note_duplicates=True)
+    groups: dict[str, dict[str, Any]] = {}
+    first_line: dict[tuple[str, ...], int] = {}
+    n_read = excluded = 0
+    for lineno, obj in _rows(path, builder, header, fields):
+        n_read += 1
+        if obj is None:
+            excluded += 1
+            continue
+        try:
+            query = builder.text_field(obj, "query")
+            positive = builder.text_field(obj, "positive")
+            neg_keys = negative_columns(obj)
+            if not neg_keys:
+                raise FieldProblem("negative_1", "missing (no negative_k column)")
+            negatives = [builder.text_field(obj, k) for k in neg_keys]
+            qid = builder.id_field(obj, "qid") if "qid" in obj else text_id(query)
+        except FieldProblem as p:
+            builder.fail(lineno, p.field, p.reason, source=source)
+            excluded += 1
+            continue
+        if group_by_query:
+            same = (qid, query, positive, *negatives)
+            if same in first_line:
+                builder.exclude(
+                    lineno,
+                    "<line>",
+                    f"duplicate line of line {first_line[same]}",
+                    source=source,
+                    qid=qid,
+                    unit="line",
+                )
+                excluded += 1
+                continue
+            first_line[same] = lineno
+        key = query if group_by_query else f"{lineno}"
+        group = groups.setdefault(key, {"line": lineno, "qid": qid, "query": query, "pos": {}, "neg": [], "lines": []})
+        group["lines"].append(lineno)
+        group["pos"].setdefault(positive, None)
+        group["neg"].extend(negatives)
+    in_records = 0
+    for group in groups.values():
+        record = builder.add(
+            group["line"],
+            qid=group["qid"],
+            query=group["query"],
+            positives=[Passage(text_id(t), t) for t in group["pos"]],
+            negatives=[Passage(text_id(t), t, method) for t in group["neg"]],
+            source=source,
+            kind=kind,
+        )
+        if record is not None:
+            in_records += len(group["lines"])
+            continue
+        # the record is excluded (logged at its first line): so is every other line of it
+        reason = builder.result.exclusions[-1].reason
+        for lineno in group["lines"][1:]:
+            builder.exclude(
+                lineno,
+                "<line>",
+                f"line of the record excluded at line {group['line']} ({reason})",
+                source=source,
+                qid=group["qid"],
+                unit="line",
+            )
+        excluded += len(group["lines"])
+    n_read += builder.unreadable
+    excluded += builder.unreadable
+    builder.result.describe(
+        source,
+        input=input_descriptor("ntuple", path),
+        mining_method=method or "not recorded (n-tuple table)",
+        ranking_rule="column order negative_1..K" + (", rows grouped by query" if group_by_query else ""),
+        reference_positive="the row's positive" + (" (first row of the query)" if group_by_query else ""),
+        lines={"read": n_read, "in_records": in_records, "excluded": excluded, "records": len(builder.result.records)},
+    )
+    return builder.result
+
+
+# ---------------------------------------------------------------------------------------------
+# sentence-transformers hard negatives (ids, with collection and queries TSVs)
+# ---------------------------------------------------------------------------------------------
+
+
+def load_st_hard_negatives(
+    path: str | Path,
+    collection: str | Path,
+    queries: str | Path,
+    on_error: str = "raise",
+    systems: list[str] | None = None,
+    k: int | None = 8,
+    slice_spec: str | Sequence[str] | None = None,
+    kind: str = "genuine",
+    **_: Any,
+) -> LoadResult:
+    """``{"qid", "pos": [pid, ...], "neg": {system: [pid, ...]}}`` lines; one source per system.
+
+    Texts come from the collection TSV (``pid<TAB>text``) and queries TSV (``qid<TAB>query``).
+    Negatives that are also listed as positives are removed before slicing (counted).
+    """
+    path = require_path(path)
+    passages = read_id_text_tsv(collection, what="text")
+    query_text = read_id_text_tsv(queries, what="query")
+    window = parse_slice(slice_spec, k)
+    builder = RecordBuilder(path, on_error, note_duplicates=True)
+    wanted = None if systems is None else set(systems)
+    for lineno, line in iter_jsonl(path, builder):
+        obj = parse_json_line(builder, lineno, line)
+        if obj is None:
+            continue
+        try:
+            qid = builder.id_field(obj, "qid")
+            if qid not in query_text:
+                raise FieldProblem("qid", f"query {qid!r} is not in {Path(queries).name}")
+            pos_ids = _id_list(obj, "pos")
+            if "neg" not in obj or not isinstance(obj["neg"], dict):
+                raise FieldProblem("neg", "expected an object {system: [passage ids]}")
+            neg_lists = {str(s): _id_list(obj["neg"], s, prefix="neg.") for s in obj["neg"]}
+            if not neg_lists:
+                raise FieldProblem("neg", "empty object: no system lists negatives")
+            for pid in pos_ids + [p for ids in neg_lists.values() for p in ids]:
+                if pid not in passages:
+                    raise FieldProblem("pos/neg", f"passage id {pid!r} is not in {Path(collection).name}")
+        except FieldProblem as p:
+            builder.fail(lineno, p.field, p.reason)
+            continue
+        positives = [Passage(pid, passages[pid]) for pid in pos_ids]
+        pos_set = set(pos_ids)
+        for system in sorted(neg_lists):
+            if wanted is not None and system not in wanted:
+                continue
+            kept = []
+            for rank, pid in enumerate(neg_lists[system], start=1):
+                if pid in pos_set:
+                    builder.exclude(
+                        lineno,
+                        "neg",
+                        "negative id is also a positive",
+                        source=system,
+                        qid=qid,
+                        unit="negative",
+                        item=pid,
+                    )
+                    continue
+                kept.append(Passage(pid, passages[pid], system, rank=rank))
+            builder.add(
+                lineno,
+                qid=qid,
+                query=query_text[qid],
+                positives=positives,
+                negatives=kept[window],
+                source=system,
+                kind=kind,
+            )
+    return builder.result
+
+
+def _id_list(obj: dict, key: str, prefix: str = "") -> list[str]:
+    if key not in obj:
+        raise FieldProblem(prefix + key, "missing")
+    items = obj[key]
+    if not isinstance(items, list):
+        raise FieldProblem(prefix + key, f"expected a list of ids, got {type(items).__name__}")
+    out = []
+    for i, item in enumerate(items):
+        if isinstance(item, bool) or not isinstance(item, (str, int)):
+            raise FieldProblem(f"{prefix}{key}[{i}]", f"expected an id, got {type(item).__name__}")
+        if isinstance(item, str):
+            check_unicode(item, f"{prefix}{key}[{i}]")
+        out.append(str(item))
+    return out
+
+
+def _collection_texts(path: str) -> list[str]:
+    """A ``pid<TAB>text`` collection's passage texts, in file order."""
+    return list(read_id_text_tsv(path).values())
+
+
+register(Format("msmarco_triples", read=load_msmarco_triples))
+register(Format("st_hard_negatives", read=load_st_hard_negatives))
+register(Format("tsv", corpus=_collection_texts))
