@@ -14,7 +14,8 @@ from transferdx.auditing.result import Audit
 from transferdx.cleaning import RELABELED_RELATION, clean_records
 from transferdx.diagnostics.suspicion import SuspicionSettings
 from transferdx.diagnostics.tokens import alnum
-from transferdx.inputs.records import LoadResult, Passage, Record, read_records, write_records
+from transferdx.inputs.records import LoadResult, Passage, Record
+from transferdx.inputs.transferdx_records import read_records, write_records
 from transferdx.presets import config_dir
 
 from .conftest import run_cli

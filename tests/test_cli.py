@@ -86,8 +86,8 @@ def test_dl19_audit_all_six_runs(tmp_path, data):
 
 
 def test_records_input_and_sweepable_groups(tmp_path, data):
-    from transferdx.inputs.formats import load_flagembedding
-    from transferdx.inputs.records import write_records
+    from transferdx.inputs.flagembedding import load_flagembedding
+    from transferdx.inputs.transferdx_records import write_records
 
     records = tmp_path / "in"
     write_records(

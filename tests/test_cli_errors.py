@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from transferdx import pipeline
-from transferdx.inputs.records import write_records
+from transferdx.inputs.transferdx_records import write_records
 
 from .conftest import record, run_cli
 

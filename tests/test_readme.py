@@ -65,7 +65,7 @@ def test_slice_as_bash_hands_it_over():
     """``data.slice='[2:10]'`` reaches Hydra as ``data.slice=[2:10]``, a one-item list."""
     cfg = overrides("data=msmarco_dl19", "data.slice=[2:10]")
     _, options = config.data_options(cfg)
-    from transferdx.inputs.formats import parse_slice
+    from transferdx.inputs.reading import parse_slice
 
     assert parse_slice(options["slice_spec"]) == slice(2, 10) == parse_slice("[2:10]")
     with pytest.raises(ValueError, match="negative slice"):

@@ -300,7 +300,7 @@ def test_validate_reads_the_seeded_layout_and_the_tables_render_byte_stable(tmp_
     study = write_validation_study(tmp_path / "study")
     settings = pipeline.AnalysisSettings(validation={**pipeline.AnalysisSettings().validation, "resamples": 2000})
     read = pipeline.read_studies([study])[0]
-    assert read["kinds"]["own_positive_mix"] == "control" and sorted(read["per_query_seeds"]["bm25"]["scifact"]) == [
+    assert read.kinds["own_positive_mix"] == "control" and sorted(read.per_query_seeds["bm25"]["scifact"]) == [
         0,
         1,
         2,
@@ -324,7 +324,7 @@ def test_validate_reads_the_seeded_layout_and_the_tables_render_byte_stable(tmp_
     transfer = pd.read_csv(first / "validation_transfer.csv")
     assert transfer["Source"].iloc[-1] == "(frozen)"
     assert transfer.loc[transfer["Source"] == "(frozen)", "nDCG@10"].iloc[0] == pytest.approx(
-        read["frozen"]["scifact"].mean()
+        read.frozen["scifact"].mean()
     )
     audit_md = (first / "validation_audit.md").read_text()
     assert "Own positive mix" in audit_md and "eta_high" in audit_md

@@ -12,11 +12,10 @@ Definitions: docs/design.md. The command-line tools (``transferdx-audit`` …) c
 
 from transferdx.auditing.core import FlagSettings, SemanticSettings
 from transferdx.auditing.result import Audit
-from transferdx.cleaning import CleanResult, clean
+from transferdx.cleaning import CleanResult
 from transferdx.diagnostics.suspicion import SuspicionSettings
 from transferdx.embed import CacheWarning, EmbeddingCache, EncoderSpec
-from transferdx.inputs.formats import QuerySet
-from transferdx.inputs.records import Exclusion, InputError, LoadResult, Passage, Record
+from transferdx.inputs.records import Exclusion, InputError, LoadResult, Passage, QuerySet, Record
 from transferdx.pipeline import (
     AnalysisSettings,
     AuditOptions,
@@ -26,6 +25,7 @@ from transferdx.pipeline import (
     agree,
     audit,
     build_sources,
+    clean,
     encoder_spec,
     evaluate,
     load,

@@ -3,8 +3,8 @@ suspects removed, or moved to the positives (``relabel``, as RLHN does).
 
 The core, :func:`clean_records`, is pure: records and the audit's per-negative frame (``source``,
 ``qid``, ``neg_index``, ``fn_<reason>``, ``fn_reasons``) in; cleaned records, the removed table and
-the emptied records out. :func:`clean` loads, audits when no audit is given, cleans and, with
-``out``, writes the copy (:meth:`CleanResult.save`).
+the emptied records out. The verb, :func:`transferdx.pipeline.clean`, loads, audits when no audit is
+given, cleans and, with ``out``, writes the copy (:meth:`CleanResult.save`).
 
 ``relabel`` moves a negative to the positives (after the existing ones, so p0 stays the reference
 positive; ``relation`` becomes :data:`RELABELED_RELATION`) only when one of the reasons that say it
@@ -30,9 +30,9 @@ import pandas as pd
 from transferdx.artifacts import atomic_write_text, canonical_json, csv_text, safe_join
 from transferdx.auditing.report import exclusions_frame
 from transferdx.auditing.result import Audit
-from transferdx.diagnostics.suspicion import REASONS, TEXT_REASONS, normalise_text
-from transferdx.inputs.records import LoadResult, Passage, Record, write_records, write_source_folder
-from transferdx.pipeline import AuditOptions, EncoderLike, audit, load
+from transferdx.diagnostics.suspicion import REASONS, normalise_text
+from transferdx.inputs.records import LoadResult, Passage, Record
+from transferdx.inputs.transferdx_records import write_records, write_source_folder
 
 ACTIONS = ("remove", "relabel")
 RELABELED_RELATION = "relabeled_false_negative"
@@ -44,7 +44,7 @@ COPY_DIR = "cleaned"  # the copy, apart from the tables (a folder is read whole,
 FILES = {"removed": "removed.csv", "emptied": "emptied.csv", "descriptor": "clean.json"}
 
 
-def _reasons_of(suspicion: pd.DataFrame, reasons: Sequence[str] | None) -> tuple[str, ...]:
+def reasons_of(suspicion: pd.DataFrame, reasons: Sequence[str] | None) -> tuple[str, ...]:
     """The reasons to act on (all that were checked when ``reasons`` is None), validated: a reason
     the audit could not check (an encoder reason of a lexical audit) is an error, never a no-op."""
     checked = [r for r in REASONS if f"fn_{r}" in suspicion.columns and not suspicion[f"fn_{r}"].isna().any()]
@@ -74,7 +74,7 @@ def clean_records(
     are not in the cleaned list; they are the rows of the emptied table."""
     if action not in ACTIONS:
         raise ValueError(f"clean action must be one of {ACTIONS}, got {action!r}")
-    chosen = set(_reasons_of(suspicion, reasons))
+    chosen = set(reasons_of(suspicion, reasons))
     fn_reasons = suspicion["fn_reasons"].fillna("").astype(str)
     hits: dict[tuple[str, str], dict[int, list[str]]] = {}
     seen: dict[tuple[str, str], int] = {}
@@ -137,7 +137,7 @@ def _clean_one(rec: Record, held: Mapping[int, list[str]], action: str) -> tuple
 
 @dataclass(frozen=True)
 class CleanResult:
-    """What :func:`clean` did: the cleaned records (``loaded``), the ``removed`` and ``emptied``
+    """What :func:`transferdx.pipeline.clean` did: the cleaned records (``loaded``), the ``removed`` and ``emptied``
     tables, and ``descriptor`` (what ``clean.json`` holds: action, reasons, counts, output format
     and whether it is the input's own)."""
 
@@ -192,103 +192,3 @@ class CleanResult:
         written.append(safe_join(folder, FILES["descriptor"]))
         atomic_write_text(written[-1], canonical_json(dict(self.descriptor)))
         return written
-
-
-def _output_plan(data: Any, format: str, loaded: LoadResult) -> dict[str, Any]:
-    """How the copy is written and whether that is the input's own format (never pretended): only
-    what the records reader read (``input.format == "records"`` in every source's descriptor) is."""
-    is_path = isinstance(data, str | Path) and Path(str(data)).exists()
-    forms = sorted({str(d.get("input", {}).get("format", "?")) for d in loaded.descriptors.values()})
-    if is_path and format == "records" and forms == ["records"]:
-        path = Path(str(data))
-        plan: dict[str, Any]
-        if path.is_file():
-            plan = {"file_name": path.name, "output_format": "records JSONL (one file, named as the input)"}
-        else:
-            plan = {"file_name": None, "output_format": "records JSONL folder (one <source>.jsonl per source)"}
-        return plan | {"input_format": "records", "faithful": True, "note": ""}
-    if is_path:
-        what = f"input {', '.join(forms) if format == 'records' else repr(format)}"
-        format = "; ".join(forms) if format == "records" else format
-    elif isinstance(data, str) and data == "demo":
-        what, format = "the embedded demo", "demo"
-    else:
-        what, format = f"in-memory input ({type(data).__name__})", "in_memory"
-    note = f"{what} cannot be written back in its own format yet; the copy is records JSONL"
-    return {
-        "file_name": None,
-        "input_format": format,
-        "output_format": "records JSONL folder (one <source>.jsonl per source)",
-        "faithful": False,
-        "note": note,
-    }
-
-
-def clean(
-    records: Any,
-    audit_result: Audit | pd.DataFrame | None = None,
-    *,
-    reasons: Sequence[str] | None = None,
-    action: str = "remove",
-    out: str | Path | None = None,
-    encoder: EncoderLike | None = "minilm_l6",
-    cache_dir: str | Path | None = None,
-    format: str = "records",
-    source: str | None = None,
-    options: AuditOptions | None = None,
-    **overrides: Any,
-) -> CleanResult:
-    """Remove (``action="remove"``) or relabel as positives (``"relabel"``) the negatives suspected
-    of being false negatives for ``reasons`` (None: every reason the audit checked; see
-    :data:`transferdx.diagnostics.suspicion.REASONS`). ``records``: anything :func:`transferdx.load`
-    takes (``format``, ``source`` as there). ``audit_result``: an :class:`Audit` of the same records
-    or its per-negative frame; without it the records are audited here (``encoder``, ``options``
-    and keyword ``overrides`` as :func:`transferdx.audit`; no encoder when every reason asked for is
-    a text reason). With ``out`` the copy is written there (:meth:`CleanResult.save`)."""
-    options = dataclasses.replace(options or AuditOptions(), **overrides)
-    loaded = load(records, format=format, source=source, on_error=options.on_error)
-    frame: pd.DataFrame
-    result: Audit | None = audit_result if isinstance(audit_result, Audit) else None
-    if audit_result is None:
-        text_only = reasons is not None and set(reasons) <= set(TEXT_REASONS)
-        enc = None if text_only else encoder
-        # controls would only add sources to audit: suspicion is per negative, of the records alone
-        result = audit(loaded, options, encoder=enc, cache_dir=cache_dir, controls="none")
-        frame = result.result.negatives
-    else:
-        frame = audit_result.result.negatives if isinstance(audit_result, Audit) else audit_result
-    chosen = _reasons_of(frame, reasons)
-    cleaned, removed, emptied = clean_records(loaded.records, frame, reasons=chosen, action=action)
-    plan = _output_plan(records, format, loaded)
-    counts = removed["action"].value_counts()
-    descriptor: dict[str, Any] = {
-        "action": action,
-        "reasons": list(chosen),
-        "reasons_checked": [r for r in REASONS if r in _reasons_of(frame, None)],
-        "relabeled_relation": RELABELED_RELATION if action == "relabel" else None,
-        "n_records_in": len(loaded.records),
-        "n_negatives_in": sum(len(r.negatives) for r in loaded.records),
-        "n_removed": int(counts.get("removed", 0)),
-        "n_relabeled": int(counts.get("relabeled", 0)),
-        "n_emptied": len(emptied),
-        "n_records_out": len(cleaned),
-        "n_excluded": len(loaded.exclusions),
-        "measured_false_negatives_dropped": sorted(loaded.false_negatives),
-        **plan,
-    }
-    if result is not None:
-        descriptor["audit"] = {k: result.settings[k] for k in sorted(result.settings)}
-        descriptor["fn_suspicion"] = dict(result.result.suspicion)
-    out_loaded = LoadResult(
-        cleaned,
-        list(loaded.exclusions),
-        {s: dict(d) for s, d in loaded.descriptors.items()},
-        {},  # measured false negatives were counted before cleaning: not carried over
-    )
-    summary = {k: descriptor[k] for k in ("action", "reasons", "relabeled_relation")}
-    for name in {r.source for r in cleaned}:
-        out_loaded.describe(name, cleaned=summary)
-    done = CleanResult(out_loaded, removed, emptied, descriptor, result)
-    if out is not None:
-        done.save(out)
-    return done

@@ -15,8 +15,8 @@ from transferdx import config as c
 from transferdx import pipeline as p
 from transferdx.artifacts import atomic_write_text, canonical_json, claim_folder, csv_text, safe_join
 from transferdx.auditing.report import exclusions_frame
-from transferdx.cleaning import clean
-from transferdx.inputs.records import write_source_folder
+from transferdx.inputs.registry import is_query_set, names
+from transferdx.inputs.transferdx_records import write_source_folder
 from transferdx.runs import fail, user_error
 from transferdx.training import checkpoint_spec
 
@@ -29,8 +29,8 @@ def run_audit(cfg: DictConfig) -> Path:
     """Load, audit, write artifacts, print the profile. Returns the output folder."""
     started, out, encoder = time.perf_counter(), Path(cfg.output_dir), c.build_encoder(cfg)
     options = c.audit_options(cfg)
-    loaded = c.load_inputs(cfg, encoder)
-    c.require_records(loaded, options.label, out)
+    loaded = p.load_inputs(c.input_settings(cfg), encoder)
+    p.require_records(loaded, options.label, out)
     result = p.audit(loaded, options, encoder=encoder if options.semantic else None, controls=c.self_controls(cfg))
     result.save(out)
     print(result.summary())
@@ -56,7 +56,8 @@ def run_audit(cfg: DictConfig) -> Path:
 def run_clean(cfg: DictConfig) -> Path:
     """Copy the input with suspected false negatives removed or relabeled, plus removed.csv."""
     started, call = time.perf_counter(), c.clean_call(cfg)
-    result = clean(**call)
+    records = call.pop("records") or p.load_inputs(c.input_settings(cfg), c.build_encoder(cfg))  # None: from data
+    result = p.clean(records, **call)
     print(result.summary())
     print(f"{time.perf_counter() - started:.1f}s; cleaned copy: {call['out'].resolve()}  (removed.csv, emptied.csv)")
     return Path(call["out"])
@@ -65,9 +66,9 @@ def run_clean(cfg: DictConfig) -> Path:
 def run_build(cfg: DictConfig) -> Path:
     """Build sources and controls from a query set and write them as records JSONL + sidecars."""
     started, out, (fmt, _) = time.perf_counter(), Path(cfg.output_dir), c.data_options(cfg)
-    if fmt not in c.QUERY_SETS:
-        raise ValueError(f"transferdx-build needs a query-set data config ({sorted(c.QUERY_SETS)}), got {fmt!r}")
-    loaded = c.build_inputs(cfg, c.build_encoder(cfg))
+    if not is_query_set(fmt):
+        raise ValueError(f"transferdx-build needs a query-set data config ({sorted(names('query_set'))}), got {fmt!r}")
+    loaded = p.build_inputs(c.input_settings(cfg), c.build_encoder(cfg))
     written = write_source_folder(loaded, out)
     frame = exclusions_frame(tuple(loaded.exclusions))
     atomic_write_text(safe_join(out, "exclusions.csv"), csv_text(frame))
@@ -81,7 +82,7 @@ def run_build(cfg: DictConfig) -> Path:
 def run_train(cfg: DictConfig) -> Path:
     """``transferdx-train``: one retriever for ``source`` with ``backbone``; ``train.json`` names it."""
     started, out, call = time.perf_counter(), Path(cfg.output_dir), c.train_call(cfg)
-    result = p.train(c.source_records(cfg, c.build_encoder(cfg), call["source"]), **call)
+    result = p.train(p.source_records(c.input_settings(cfg), c.build_encoder(cfg), call["source"]), **call)
     summary = {"backbone": call["encoder"].name, "source": cfg.source, "seed": call["seed"]}
     summary |= {"model_dir": str(result.model_dir.resolve()), "skipped_already_trained": result.skipped}
     summary |= {"n_examples": result.n_examples, "n_left_out": result.n_left_out}
@@ -105,7 +106,7 @@ def run_evaluate(cfg: DictConfig) -> Path:
 def run_study(cfg: DictConfig) -> Path:
     """``transferdx-study``: sources → audit → train → evaluate → agree → match → tables."""
     started, call = time.perf_counter(), c.study_call(cfg)
-    result = p.study(c.load_inputs(cfg, c.build_encoder(cfg)), **call)
+    result = p.study(p.load_inputs(c.input_settings(cfg), c.build_encoder(cfg)), **call)
     print(_fmt(result.table.drop(columns=["model_dir"], errors="ignore")))
     for table in (result.tables[n] for n in ("table4", "uncertainty", "matching") if n in result.tables):
         print(table if isinstance(table, str) else table.to_markdown())

@@ -1,5 +1,7 @@
-"""Hydra config → the library's typed settings and inputs. The only module that reads a
-``DictConfig``; everything it returns is plain Python that :mod:`transferdx.pipeline` takes."""
+"""Hydra config → the library's typed settings. The only module that reads a ``DictConfig``;
+everything it returns is plain Python that the verbs of :mod:`transferdx.pipeline` take (what a run
+reads: :class:`~transferdx.pipeline.InputSettings`, for :func:`transferdx.pipeline.load_inputs`).
+It loads nothing and builds nothing itself."""
 
 from __future__ import annotations
 
@@ -16,19 +18,8 @@ from transferdx.diagnostics.composite import CompositeSettings
 from transferdx.diagnostics.semantic import BandCuts
 from transferdx.diagnostics.suspicion import TEXT_REASONS, SuspicionSettings
 from transferdx.embed import EmbeddingCache, EncoderSpec, with_inferred_source
-from transferdx.inputs.records import LoadResult
-from transferdx.inputs.registry import DATASETS, EXTERNAL_CORPORA, QUERY_SETS
-from transferdx.pipeline import (
-    AnalysisSettings,
-    AuditOptions,
-    BenchmarkSettings,
-    build_sources,
-    load,
-    load_query_set,
-    no_records_message,
-    records_as_source,
-    trec_dl_runs,
-)
+from transferdx.inputs.registry import is_query_set, read_corpus
+from transferdx.pipeline.settings import AnalysisSettings, AuditOptions, BenchmarkSettings, InputSettings
 from transferdx.presets import config_dir
 from transferdx.sources.controls import CONTROLS
 from transferdx.training import TrainSettings
@@ -242,7 +233,7 @@ def needs_encoder(cfg: DictConfig) -> bool:
     fmt, _ = data_options(cfg)
     if cfg.diagnostics.semantic:
         return True
-    if fmt not in QUERY_SETS or input_path(cfg):
+    if not is_query_set(fmt) or input_path(cfg):
         return False
     return "neighbor_positive" in controls(cfg) or any("dense" in s.split("+") for s in cfg.sources)
 
@@ -254,55 +245,25 @@ def build_encoder(cfg: DictConfig) -> EmbeddingCache | None:
     return EmbeddingCache(check_encoder(encoder_spec(cfg)), Path(str(cfg.paths.cache_dir)))
 
 
-def build_inputs(cfg: DictConfig, encoder: EmbeddingCache | None) -> LoadResult:
-    """Sources and controls built from the query set named by ``data`` (plus the TREC-DL runs with
-    ``data.include_runs`` and files named in ``external_sources``)."""
+def input_settings(cfg: DictConfig) -> InputSettings:
+    """What a run reads: ``input`` (a records file or folder), else the ``data`` group's reader and
+    its options, with the ``build`` group's sources, controls, k, slice, BM25 settings, control
+    parent and ``external_sources`` (for a query set); ``on_error``, ``seed``."""
     fmt, options = data_options(cfg)
-    query_set = load_query_set(options.pop("root", "demo"), format=fmt, **options)
-    external: dict[str, LoadResult] = {}
-    if options.get("include_runs"):
-        external.update(
-            trec_dl_runs(plain(cfg.data)["root"], k=int(cfg.k), slice=plain(cfg.get("slice")), on_error=cfg.on_error)
-        )
-    for name, path in (cfg.get("external_sources") or {}).items():
-        external[name] = records_as_source(str(path), name, cfg.on_error)
-    return build_sources(
-        query_set,
-        list(cfg.sources),
-        controls(cfg),
-        encoder=encoder,
+    return InputSettings(
+        path=input_path(cfg),
+        format=fmt,
+        options=options,
+        sources=[str(s) for s in cfg.sources],
+        controls=controls(cfg),
         k=int(cfg.k),
         slice=plain(cfg.get("slice")),
         seed=int(cfg.seed),
         bm25=dict(cfg.bm25),
         control_parent=cfg.get("control_parent"),
-        external=external,
+        external_sources={str(k): str(v) for k, v in (cfg.get("external_sources") or {}).items()},
+        on_error=str(cfg.on_error),
     )
-
-
-def load_inputs(cfg: DictConfig, encoder: EmbeddingCache | None = None) -> LoadResult:
-    """Records for a run: ``input=PATH`` (records JSONL), sources built from a query set, or the
-    ``data`` config group's reader."""
-    if path := input_path(cfg):
-        return load(path, on_error=cfg.on_error)
-    fmt, options = data_options(cfg)
-    if fmt in QUERY_SETS:
-        return build_inputs(cfg, encoder)
-    if fmt not in DATASETS:
-        raise ValueError(f"unknown data format {fmt!r}; valid: {sorted(DATASETS) + sorted(QUERY_SETS)}")
-    return DATASETS[fmt](on_error=cfg.on_error, seed=int(cfg.seed), **options)
-
-
-def source_records(cfg: DictConfig, encoder: EmbeddingCache | None, source: str) -> LoadResult:
-    """The records of one source: from ``input`` (a records file/folder) or built from ``data``."""
-    if path := input_path(cfg):
-        loaded = load(path, on_error=cfg.on_error)
-    else:
-        loaded = build_inputs(OmegaConf.merge(cfg, {"sources": [source], "controls": []}), encoder)  # type: ignore[arg-type]
-    records = [r for r in loaded.records if r.source == source]
-    if not records:
-        raise ValueError(f"source {source!r} has no records (available: {loaded.sources})")
-    return LoadResult(records, [e for e in loaded.exclusions if e.source == source])
 
 
 def semantic_settings(cfg: DictConfig) -> SemanticSettings:
@@ -337,9 +298,7 @@ def audit_options(cfg: DictConfig) -> AuditOptions:
     idf_texts, idf_label = None, None
     if cfg.idf.name == "external":
         fmt = cfg.idf.get("format", "beir")
-        if fmt not in EXTERNAL_CORPORA:
-            raise ValueError(f"unknown external IDF corpus format {fmt!r}; valid: {sorted(EXTERNAL_CORPORA)}")
-        idf_texts = EXTERNAL_CORPORA[fmt](str(cfg.idf.path))
+        idf_texts = read_corpus(fmt, str(cfg.idf.path))
         idf_label = f"{fmt}:{Path(str(cfg.idf.path)).name}"
     return AuditOptions(
         tokenizer=str(cfg.tokenizer.name),
@@ -360,17 +319,17 @@ def audit_options(cfg: DictConfig) -> AuditOptions:
 
 
 def clean_call(cfg: DictConfig) -> dict[str, Any]:
-    """Arguments of :func:`transferdx.clean` for ``transferdx-clean``: ``input`` (a path, so the
-    copy keeps its format) or the records ``data`` loads; ``clean.action``, ``clean.reasons``; no
-    encoder when every reason asked for is a text reason."""
+    """Arguments of :func:`transferdx.clean` for ``transferdx-clean``: ``records``, the ``input``
+    path (so the copy keeps its format), or None for the records ``data`` names
+    (:func:`input_settings`, loaded by the caller); ``clean.action``, ``clean.reasons``; no encoder
+    when every reason asked for is a text reason."""
     reasons = [str(r) for r in cfg.clean.reasons] if cfg.clean.get("reasons") is not None else None
     options = audit_options(cfg)
     if reasons is not None and set(reasons) <= set(TEXT_REASONS):
         options = dataclasses.replace(options, semantic=None)
     encoder = check_encoder(encoder_spec(cfg)) if options.semantic is not None else None
-    data = input_path(cfg) or load_inputs(cfg, build_encoder(cfg))
     return {
-        "records": data,
+        "records": input_path(cfg),
         "reasons": reasons,
         "action": str(cfg.clean.action),
         "out": Path(cfg.output_dir),
@@ -423,15 +382,3 @@ def study_call(cfg: DictConfig) -> dict[str, Any]:
         "artifact_dir": str(cfg.paths.artifact_dir),
         "cache_dir": str(cfg.paths.cache_dir),
     }
-
-
-def require_records(loaded: LoadResult, label: str | None, out: Path) -> None:
-    """An input with nothing left to audit is an error (exit 2); what was excluded is written to
-    ``out/exclusions.csv`` first, so the user can see why."""
-    if loaded.records or not loaded.exclusions:
-        return
-    from transferdx.artifacts import atomic_write_text, csv_text, safe_join
-    from transferdx.auditing.report import exclusions_frame
-
-    atomic_write_text(safe_join(out, "exclusions.csv"), csv_text(exclusions_frame(tuple(loaded.exclusions))))
-    raise ValueError(f"{no_records_message(loaded, label)}; all in {out.resolve() / 'exclusions.csv'}")

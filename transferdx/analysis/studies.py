@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,27 @@ def read_audit(folder: str | Path) -> AuditRun:
     return AuditRun(settings, profile, str(folder))
 
 
-def read_study(folder: str | Path) -> dict[str, Any]:
+@dataclass(frozen=True)
+class StudyData:
+    """One ``transferdx-study`` output folder, read (:func:`read_study`): what agreement, matching,
+    validation and the tables take. ``negatives`` (``audit/negatives.csv``) is read when a table
+    needs it (:func:`read_negatives`), unless the study that just wrote it hands it over."""
+
+    folder: str
+    backbone: str
+    study: pd.DataFrame  # study.csv without the frozen backbone's rows
+    profile_json: Mapping[str, Any]  # audit/profile.json
+    profile: pd.DataFrame  # audit/profile.csv indexed by source
+    records: pd.DataFrame  # audit/records.csv
+    transfer: pd.DataFrame  # mean nDCG@10 per source (over seeds and datasets), indexed by source
+    per_query: Mapping[str, Mapping[str, np.ndarray]]  # source → dataset → nDCG@10 per query, mean over seeds
+    per_query_seeds: Mapping[str, Mapping[str, Mapping[int, np.ndarray]]]  # source → dataset → seed → per query
+    frozen: Mapping[str, np.ndarray]  # dataset → nDCG@10 per query of the frozen backbone ({} when not evaluated)
+    kinds: Mapping[str, str]  # source → genuine|control
+    negatives: pd.DataFrame | None = None  # audit/negatives.csv, when already in memory
+
+
+def read_study(folder: str | Path) -> StudyData:
     """A ``transferdx-study`` output folder: profile, records, transfer (mean nDCG@10 per source),
     per-dataset results and per-query nDCG@10."""
     folder = Path(folder)
@@ -73,19 +94,27 @@ def read_study(folder: str | Path) -> dict[str, Any]:
         for dataset, by_seed in by_dataset.items():
             per_query.setdefault(source, {})[dataset] = np.mean(list(by_seed.values()), axis=0)
     kinds = study.drop_duplicates("source").set_index("source")["kind"].to_dict() if "kind" in study else {}
-    return {
-        "folder": str(folder),
-        "backbone": backbone,
-        "study": study,
-        "profile_json": json.loads((folder / "audit/profile.json").read_text(encoding="utf-8")),
-        "profile": pd.read_csv(folder / "audit/profile.csv").set_index("source"),
-        "records": pd.read_csv(folder / "audit/records.csv", dtype={"qid": str}),
-        "transfer": transfer,
-        "per_query": per_query,  # source → dataset → nDCG@10 per query, mean over seeds
-        "per_query_seeds": per_seed,  # source → dataset → seed → nDCG@10 per query
-        "frozen": frozen,  # dataset → nDCG@10 per query of the frozen backbone ({} when not evaluated)
-        "kinds": kinds,
-    }
+    return StudyData(
+        folder=str(folder),
+        backbone=backbone,
+        study=study,
+        profile_json=json.loads((folder / "audit/profile.json").read_text(encoding="utf-8")),
+        profile=pd.read_csv(folder / "audit/profile.csv").set_index("source"),
+        records=pd.read_csv(folder / "audit/records.csv", dtype={"qid": str}),
+        transfer=transfer,
+        per_query=per_query,
+        per_query_seeds=per_seed,
+        frozen=frozen,
+        kinds=kinds,
+    )
+
+
+def read_negatives(study: StudyData) -> pd.DataFrame:
+    """The study's per-negative audit frame: the one it holds, else ``audit/negatives.csv`` (qid and
+    neg_id as text)."""
+    if study.negatives is not None:
+        return study.negatives
+    return pd.read_csv(Path(study.folder) / "audit/negatives.csv", dtype={"qid": str, "neg_id": str})
 
 
 def _per_query(folder: Path) -> dict[str, np.ndarray]:
@@ -115,7 +144,7 @@ def _present(blocks: Mapping[str, Sequence[str]], sources: Sequence[str]) -> dic
 
 
 def agree(
-    studies: Sequence[dict[str, Any]],
+    studies: Sequence[StudyData],
     blocks: Mapping[str, Sequence[str]],
     diagnostics: Mapping[str, int],
     resamples: int = 1000,
@@ -125,12 +154,12 @@ def agree(
     """Agreement per (backbone, setting) block, blocks recovered k/n, and transfer uncertainty."""
     tables, uncertainty, tests = [], {}, []
     for study in studies:
-        present = _present(blocks, list(study["transfer"].index))
-        diags = {d: v for d, v in diagnostics.items() if d in study["profile"].columns}
-        named = {f"{study['backbone']}/{b}": m for b, m in present.items()}
-        tables.append(rank_agreement(study["profile"], study["transfer"], named, diags))
+        present = _present(blocks, list(study.transfer.index))
+        diags = {d: v for d, v in diagnostics.items() if d in study.profile.columns}
+        named = {f"{study.backbone}/{b}": m for b, m in present.items()}
+        tables.append(rank_agreement(study.profile, study.transfer, named, diags))
         for block, members in named.items():
-            pq = {s: study["per_query"][s] for s in members if s in study["per_query"]}
+            pq = {s: study.per_query[s] for s in members if s in study.per_query}
             if len(pq) >= 2:
                 uncertainty[block] = transfer_ordering_uncertainty(pq, resamples, seed)
                 tests.append(paired_tests(pq, alpha).assign(block=block))
@@ -144,7 +173,7 @@ def agree(
 
 
 def match_studies(
-    studies: Sequence[dict[str, Any]],
+    studies: Sequence[StudyData],
     blocks: Mapping[str, Sequence[str]],
     statistics: Mapping[str, int],
     resolutions: Sequence[int],
@@ -154,12 +183,12 @@ def match_studies(
     """ψ-matched samples per (backbone, setting) block against that block's transfer ordering."""
     matched, balance = [], []
     for study in studies:
-        for block, members in _present(blocks, list(study["transfer"].index)).items():
-            frame = study["records"][study["records"]["source"].isin(members)]
+        for block, members in _present(blocks, list(study.transfer.index)).items():
+            frame = study.records[study.records["source"].isin(members)]
             stats = {s: d for s, d in statistics.items() if s in frame.columns}
-            order = ordering(study["transfer"].loc[members, "ndcg@10"].to_dict())
+            order = ordering(study.transfer.loc[members, "ndcg@10"].to_dict())
             out = match(frame, stats, order, resolutions, repetitions, seed)
-            tag = {"backbone": study["backbone"], "block": block, "transfer_order": ">".join(order)}
+            tag = {"backbone": study.backbone, "block": block, "transfer_order": ">".join(order)}
             matched.append(out["matched"].assign(**tag))
             balance.append(out["balance"].assign(**tag))
     return {
@@ -168,12 +197,12 @@ def match_studies(
     }
 
 
-def ladder_doses(study: Mapping[str, Any], ladder: Mapping[str, float]) -> dict[str, float]:
+def ladder_doses(study: StudyData, ladder: Mapping[str, float]) -> dict[str, float]:
     """The random-mix ladder present in a study: each trained rung with its dose, and the rungs'
     parent source (from the build descriptors) at dose 0."""
-    trained = set(study["per_query_seeds"])
+    trained = set(study.per_query_seeds)
     doses = {s: float(d) for s, d in ladder.items() if s in trained}
-    descriptors = study["profile_json"].get("descriptors", {})
+    descriptors = study.profile_json.get("descriptors", {})
     parents = {descriptors.get(s, {}).get("parent_source") for s in doses if s.startswith("random_mix")}
     for parent in sorted(p for p in parents if p):
         if parent in trained:
@@ -182,7 +211,7 @@ def ladder_doses(study: Mapping[str, Any], ladder: Mapping[str, float]) -> dict[
 
 
 def validate(
-    study: Mapping[str, Any],
+    study: StudyData,
     diagnostics: Mapping[str, int],
     ladder: Mapping[str, float],
     resamples: int = 10000,
@@ -195,13 +224,13 @@ def validate(
     trend."""
     from transferdx.auditing.profiles import ALL_FLAG_RULES
 
-    scores = study["per_query_seeds"]
-    kinds = {s: str(study["kinds"].get(s, "")) for s in scores}
-    frozen = study["frozen"] or None
+    scores = study.per_query_seeds
+    kinds = {s: str(study.kinds.get(s, "")) for s in scores}
+    frozen = study.frozen or None
     boot = _validation.resample(scores, frozen, resamples, seed)  # one draw serves every statistic
     transfer = _validation.transfer_table(scores, frozen, kinds, resamples, confidence, seed, boot)
     pairs = _validation.pairwise_differences(scores, resamples, confidence, alpha, seed, boot)
-    profile = study["profile"]
+    profile = study.profile
     rules = [r.name for r in ALL_FLAG_RULES if r.column in profile.columns]
     flags = _validation.flag_check(profile, transfer, pairs, rules)
     agreement = _validation.diagnostic_agreement(

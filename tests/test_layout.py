@@ -1,0 +1,129 @@
+"""The package's import graph, read from the source (every ``import``, including those under
+``TYPE_CHECKING`` and inside functions): no circle anywhere, and no arrow from a lower room up to a
+higher one (``inputs/`` is the ground floor: it imports nothing else of transferdx)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "transferdx"
+
+# The ground floor: ``inputs/`` imports only itself and the leaf utilities below it.
+GROUND = "transferdx.inputs"
+# Leaf utilities (hashing, atomic writes): they import no other transferdx module (tested).
+LEAVES = {"transferdx.artifacts"}
+
+
+def module_names(package: Path = PACKAGE) -> dict[str, Path]:
+    """Every module of the package, dotted name → file (a package is its ``__init__``)."""
+    out = {}
+    for path in package.rglob("*.py"):
+        parts = path.relative_to(package.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = path
+    return out
+
+
+def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The transferdx modules that ``name`` imports (``from a import b`` counts as a.b when a.b is a
+    module, else as a)."""
+    is_package = path.name == "__init__.py"
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".")
+                base = base[: len(base) - node.level + (1 if is_package else 0)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                found.add(sub if sub in modules else target)
+    return {m for m in found if m in modules and m != name}
+
+
+def graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    modules = module_names(package)
+    return {name: imports_of(name, path, modules) for name, path in modules.items()}
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_graph_reader_sees_relative_type_only_and_local_imports(tmp_path):
+    """A made-up package: a type-only import, a function-local one, a relative one and a
+    ``from package import module`` all give an edge, and a two-module circle is found."""
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from pkg.a import f\n")
+    (pkg / "a.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.sub.b import B\ndef f():\n    return 1\n"
+    )
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "b.py").write_text("def g():\n    from . import c\n    return c\nclass B: ...\n")
+    (pkg / "sub" / "c.py").write_text("from ..a import f\nfrom pkg import sub\n")
+    edges = graph(pkg)
+    assert edges == {
+        "pkg": {"pkg.a"},
+        "pkg.a": {"pkg.sub.b"},
+        "pkg.sub": set(),
+        "pkg.sub.b": {"pkg.sub.c"},
+        "pkg.sub.c": {"pkg.a", "pkg.sub"},
+    }
+    assert cycles(edges) == [["pkg.a", "pkg.sub.b", "pkg.sub.c"]]
+
+
+def test_no_import_circle_anywhere():
+    assert cycles(graph()) == []
+
+
+def test_inputs_import_nothing_above_them():
+    upward = {
+        (name, target)
+        for name, targets in graph().items()
+        if name == GROUND or name.startswith(GROUND + ".")
+        for target in targets
+        if not (target == GROUND or target.startswith(GROUND + ".") or target in LEAVES)
+    }
+    assert upward == set(), sorted(upward)
+
+
+def test_leaf_utilities_import_no_transferdx_module():
+    edges = graph()
+    assert {leaf: edges[leaf] for leaf in LEAVES} == {leaf: set() for leaf in LEAVES}

@@ -1,0 +1,47 @@
+"""What a user may pass as an encoder or a tokenizer, turned into the object the verbs use: a
+named preset, model folder or hub id → :class:`EncoderSpec`; any of those, a loaded
+``SentenceTransformer`` or an existing cache → :class:`EmbeddingCache`; a name → a tokenizer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from transferdx.diagnostics.tokens import Tokenizer, get_tokenizer
+from transferdx.embed import EmbeddingCache, EncoderSpec, model_label
+from transferdx.presets import default_cache_dir, preset_names, read_preset
+
+EncoderLike = str | Path | EncoderSpec | EmbeddingCache | Any
+
+
+def encoder_spec(encoder: str | Path | EncoderSpec) -> EncoderSpec:
+    """A named encoder preset (``minilm_l6``, ``mpnet_base``, ``e5_base``, …), a local model folder,
+    or a hub id ``org/name`` (loaded without remote code)."""
+    if isinstance(encoder, EncoderSpec):
+        return encoder
+    text = str(encoder)
+    if text in preset_names("backbone"):
+        return EncoderSpec.from_config(read_preset("backbone", text))
+    if Path(text).is_dir():
+        return EncoderSpec(name=model_label(text, "path"), model=text, source="path")
+    if "/" in text and not Path(text).is_absolute():
+        return EncoderSpec(name=model_label(text, "hub"), model=text, source="hub")
+    raise ValueError(
+        f"unknown encoder {text!r}: not a preset ({preset_names('backbone')}), a model folder, or a hub id 'org/name'"
+    )
+
+
+def make_encoder(encoder: EncoderLike | None, cache_dir: str | Path | None = None) -> EmbeddingCache | None:
+    """The frozen encoder with its embedding cache: from a preset name, folder, hub id, spec, a
+    loaded ``SentenceTransformer``, or an existing cache (returned as is); ``None`` stays None."""
+    if encoder is None or isinstance(encoder, EmbeddingCache):
+        return encoder
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    if hasattr(encoder, "encode") and hasattr(encoder, "state_dict"):
+        return EmbeddingCache.from_model(encoder, cache)
+    return EmbeddingCache(encoder_spec(encoder), cache)
+
+
+def make_tokenizer(tokenizer: str | Tokenizer, **options: Any) -> Tokenizer:
+    """A registered tokenizer by name (with its options), or the callable itself."""
+    return tokenizer if callable(tokenizer) else get_tokenizer(tokenizer, **options)

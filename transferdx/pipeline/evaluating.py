@@ -1,0 +1,65 @@
+"""The evaluate verb: nDCG@10, Recall@100 and MAP@100 of a model on each benchmark dataset
+(:mod:`transferdx.evaluation` holds the retrieval and the metrics; loaded on first use)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from transferdx.artifacts import atomic_write_text, canonical_json, csv_text, safe_join
+from transferdx.pipeline.encoders import EncoderLike, make_encoder
+from transferdx.pipeline.settings import BenchmarkSettings
+from transferdx.training import checkpoint_spec
+
+
+def benchmark_datasets(benchmark: BenchmarkSettings, seed: int = 0) -> Iterator[Any]:
+    """Each benchmark dataset loaded (downloaded first when allowed and missing)."""
+    from transferdx.evaluation import load_beir_split
+
+    for entry in benchmark.datasets:
+        path = Path(entry.path)
+        if not path.is_dir() and benchmark.download:
+            from beir import util
+
+            util.download_and_unzip(benchmark.download_url.format(name=entry.name), str(path.parent))
+        yield load_beir_split(path, entry.split, benchmark.max_queries, seed)
+
+
+def evaluate(
+    model: EncoderLike,
+    benchmark: BenchmarkSettings,
+    *,
+    out: str | Path | None = None,
+    cache_dir: str | Path | None = None,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """nDCG@10, Recall@100, MAP@100 of ``model`` (a checkpoint folder, preset, spec or loaded model)
+    on every benchmark dataset, one row each; with ``out``, per dataset ``metrics.json``,
+    ``per_query.csv`` and ``run.trec`` under ``out/<dataset>/``."""
+    from transferdx.evaluation import evaluate as _evaluate
+
+    if isinstance(model, str | Path) and (Path(model) / "modules.json").is_file():
+        model = checkpoint_spec(str(model))
+    encoder = make_encoder(model, cache_dir)
+    if encoder is None:
+        raise ValueError("evaluate needs a model (a checkpoint folder, preset name, spec or loaded model)")
+    rows: list[dict[str, Any]] = []
+    for data in benchmark_datasets(benchmark, seed):
+        result = _evaluate(encoder, data, benchmark.k_values)
+        metrics = result.to_dict()
+        if out is not None:
+            folder = safe_join(Path(out), data.name)
+            atomic_write_text(folder / "metrics.json", canonical_json(metrics))
+            atomic_write_text(folder / "per_query.csv", csv_text(result.per_query))
+            atomic_write_text(folder / "run.trec", result.trec_run(encoder.spec.name))
+        rows.append(
+            {
+                "dataset": data.name,
+                "n_queries": metrics["n_queries"],
+                **{k: metrics[k] for k in ("ndcg@10", "recall@100", "map@100") if k in metrics},
+            }
+        )
+    return pd.DataFrame(rows)

@@ -1,0 +1,210 @@
+"""The first verbs: records to audit (:func:`load`), a query set to build from
+(:func:`load_query_set`), sources and controls built from it (:func:`build_sources`, with
+:func:`trec_dl_runs` and :func:`records_as_source` as sources built alongside), the controls an
+audit builds from its input's own passages (:func:`with_self_controls`), and what a command-line
+run reads (:func:`load_inputs`, :func:`build_inputs`, :func:`source_records`, from
+:class:`InputSettings`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from transferdx.embed import EmbeddingCache
+from transferdx.inputs import registry
+from transferdx.inputs.records import LoadResult, QuerySet
+from transferdx.inputs.trec_dl import load_trec_dl
+from transferdx.pipeline.encoders import EncoderLike, make_encoder
+from transferdx.pipeline.settings import DEFAULT_SOURCES, InputSettings
+from transferdx.sources.build import build_sources as _build_sources
+from transferdx.sources.build import controls_from_records
+from transferdx.sources.context import BuildContext
+from transferdx.sources.controls import CONTROLS
+
+# ---------------------------------------------------------------------------------------------
+# Records and query sets
+# ---------------------------------------------------------------------------------------------
+
+
+def load(
+    data: Any,
+    *,
+    format: str = "records",
+    source: str | None = None,
+    on_error: str = "raise",
+    **options: Any,
+) -> LoadResult:
+    """Records to audit, from a path, the name ``"demo"``, a ``pandas.DataFrame``, a
+    ``datasets.Dataset`` (or ``DatasetDict``: ``split=``, default ``train``), or records already in
+    memory. ``on_error``: ``raise`` | ``skip`` (exclude and count).
+
+    A path (the default ``format="records"``) is recognised by its shape
+    (:mod:`transferdx.inputs.registry`): a file or folder in JSONL, JSON, CSV, TSV, Parquet, Arrow, a
+    ``save_to_disk`` folder, or ``.gz`` of the text forms, holding records (``qid``, ``query``,
+    ``positives``, ``negatives``, ``source``), sentence-transformers ``mine_hard_negatives`` output
+    (triplet, n-tuple, labeled-list, labeled-pair, with or without scores), FlagEmbedding
+    ``{query, pos, neg}`` or an n-tuple table; the source is named after the file (``source=``
+    overrides). DataFrames and Datasets go through the same shapes. Other ``format`` values name a
+    registered reader: ``ntuple``, ``msmarco_triples``, ``flagembedding``, ``st_hard_negatives``,
+    ``trec_dl``."""
+    return registry.load(
+        data, format=None if format == "records" else format, source=source, on_error=on_error, **options
+    )
+
+
+def load_query_set(data: str | Path = "demo", *, format: str | None = None, **options: Any) -> QuerySet:
+    """Queries, their positives and a passage pool to build sources from: ``"demo"``, a BEIR folder
+    (``format="beir"``, ``split=`` train/test) or a TREC-DL folder (``format="trec_dl_pool"``,
+    ``relevant_grade=2``). Without ``format`` the folder's contents decide."""
+    return registry.load_query_set(data, format=format, **options)
+
+
+def trec_dl_runs(
+    root: str | Path, *, k: int = 8, slice: str | Sequence[str] | None = None, on_error: str = "raise"
+) -> dict[str, LoadResult]:
+    """The TREC-DL runs under ``root`` as sources to build alongside (name → its records)."""
+    runs = load_trec_dl(root, on_error=on_error, k=k, slice_spec=slice)
+    first = runs.sources[0] if runs.sources else None
+    return {  # exclusions of no run (a judged query missing from the topics, ...) go with the first run, once
+        name: LoadResult(
+            [r for r in runs.records if r.source == name],
+            [e for e in runs.exclusions if e.source == name or (not e.source and name == first)],
+            {name: runs.descriptors.get(name, {})},
+            {name: runs.false_negatives.get(name, [])},
+        )
+        for name in runs.sources
+    }
+
+
+def records_as_source(path: str | Path, name: str, on_error: str = "raise") -> LoadResult:
+    """A records file or folder (e.g. LLM-written negatives for the same queries) as source ``name``."""
+    part = registry.load(path, format="records", on_error=on_error)
+    described = {k: v for d in part.descriptors.values() for k, v in d.items()}
+    return LoadResult(
+        [dataclasses.replace(r, source=name) for r in part.records],
+        [dataclasses.replace(e, source=name) for e in part.exclusions],
+        {name: described},
+    )
+
+
+def build_sources(
+    query_set: QuerySet,
+    sources: Sequence[str] = DEFAULT_SOURCES,
+    controls: Sequence[str] | str = (),
+    *,
+    encoder: EncoderLike | None = None,
+    k: int = 8,
+    slice: str | Sequence[str] | None = None,
+    seed: int = 0,
+    bm25: Mapping[str, Any] | None = None,
+    control_parent: str | None = None,
+    external: Mapping[str, LoadResult] | None = None,
+    cache_dir: str | Path | None = None,
+) -> LoadResult:
+    """Genuine sources (``bm25``, ``dense``, ``perturb``, hybrids ``a+b``, or ``external`` ones loaded
+    from disk) and controls (``"all"`` or names) for ``query_set``; ``encoder`` is needed for
+    ``dense`` and ``neighbor_positive``. ``slice``: which ranks to keep, e.g. ``"[2:10]"``."""
+    external = dict(external or {})
+    wanted = list(CONTROLS) if controls == "all" else list(controls)
+    names = [*sources, *(e for e in external if e not in sources)]
+    ctx = BuildContext(
+        query_set, k=k, slice_spec=slice, seed=seed, encoder=make_encoder(encoder, cache_dir), bm25=dict(bm25 or {})
+    )
+    return _build_sources(ctx, names, wanted, control_parent, external)
+
+
+# ---------------------------------------------------------------------------------------------
+# Controls built from an input's own passages (the audit's ``controls``)
+# ---------------------------------------------------------------------------------------------
+
+
+def with_self_controls(
+    loaded: LoadResult,
+    controls: str | Sequence[str],
+    *,
+    kinds: Mapping[str, str] | None = None,
+    encoder: EmbeddingCache | None = None,
+    seed: int = 0,
+) -> tuple[LoadResult, dict[str, Any]]:
+    """``loaded`` plus controls built from its own passages, with the first genuine source (by name)
+    as their parent, and what to record (``{"self_controls": {parent, built, skipped}}``; ``{}``
+    when none is built). ``controls``: ``"auto"`` (all eight when there are fewer than two genuine
+    sources or no control), ``"all"``, a list of names, or ``"none"``; a name already among the
+    sources is not built again. ``kinds``: source → genuine|control overrides of the records'
+    own. ``encoder`` is needed for ``neighbor_positive`` (skipped, and said so, without one)."""
+    overrides = kinds or {}
+    kind = {r.source: overrides.get(r.source, r.kind) for r in loaded.records}
+    genuine = sorted(s for s, k in kind.items() if k == "genuine")
+    wanted: list[str]
+    if controls in ("none", None) or not genuine:
+        wanted = []
+    elif controls == "auto":
+        wanted = list(CONTROLS) if len(genuine) < 2 or "control" not in kind.values() else []
+    elif controls == "all":
+        wanted = list(CONTROLS)
+    else:
+        wanted = [str(c) for c in controls]
+    wanted = [c for c in wanted if c not in kind]
+    if not wanted:
+        return loaded, {}
+    built, skipped = controls_from_records(loaded, wanted, genuine[0], encoder=encoder, seed=seed)
+    record = {"self_controls": {"parent": genuine[0], "built": sorted(built.sources), "skipped": skipped}}
+    merged = LoadResult(list(loaded.records), list(loaded.exclusions), dict(loaded.descriptors))
+    merged.false_negatives.update(loaded.false_negatives)
+    merged.relevant_grade = loaded.relevant_grade
+    return merged.extend(built), record
+
+
+# ---------------------------------------------------------------------------------------------
+# What a command-line run reads (InputSettings, from the config's ``input``, ``data`` and ``build``)
+# ---------------------------------------------------------------------------------------------
+
+
+def build_inputs(settings: InputSettings, encoder: EmbeddingCache | None = None) -> LoadResult:
+    """Sources and controls built from the query set ``settings`` names (plus the TREC-DL runs with
+    ``options["include_runs"]`` and the files named in ``external_sources``)."""
+    options = dict(settings.options)
+    query_set = load_query_set(options.pop("root", "demo"), format=settings.format, **options)
+    external: dict[str, LoadResult] = {}
+    if options.get("include_runs"):
+        runs = trec_dl_runs(settings.options["root"], k=settings.k, slice=settings.slice, on_error=settings.on_error)
+        external.update(runs)
+    for name, path in settings.external_sources.items():
+        external[name] = records_as_source(path, name, settings.on_error)
+    return build_sources(
+        query_set,
+        list(settings.sources),
+        list(settings.controls),
+        encoder=encoder,
+        k=settings.k,
+        slice=settings.slice,
+        seed=settings.seed,
+        bm25=dict(settings.bm25),
+        control_parent=settings.control_parent,
+        external=external,
+    )
+
+
+def load_inputs(settings: InputSettings, encoder: EmbeddingCache | None = None) -> LoadResult:
+    """Records for a run: ``settings.path`` (records JSONL), sources built from a query set, or the
+    ``data`` config group's reader."""
+    if path := settings.path:
+        return load(path, on_error=settings.on_error)
+    if registry.is_query_set(settings.format):
+        return build_inputs(settings, encoder)
+    return registry.load(format=settings.format, on_error=settings.on_error, seed=settings.seed, **settings.options)
+
+
+def source_records(settings: InputSettings, encoder: EmbeddingCache | None, source: str) -> LoadResult:
+    """The records of one source: from ``settings.path`` (a records file/folder) or built from the
+    query set (that source alone, no controls)."""
+    if path := settings.path:
+        loaded = load(path, on_error=settings.on_error)
+    else:
+        loaded = build_inputs(dataclasses.replace(settings, sources=(source,), controls=()), encoder)
+    records = [r for r in loaded.records if r.source == source]
+    if not records:
+        raise ValueError(f"source {source!r} has no records (available: {loaded.sources})")
+    return LoadResult(records, [e for e in loaded.exclusions if e.source == source])
