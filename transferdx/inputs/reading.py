@@ -23,7 +23,7 @@ import gzip
 import json
 import re
 import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -350,6 +350,17 @@ def parse_json(text: str) -> Any:
         raise ValueError("JSON nested too deeply") from None
 
 
+def read_json_document(path: str | Path, loads: Callable[[str], Any] = parse_json) -> Any:
+    """A whole JSON file (:func:`read_text`) parsed by ``loads``; any failure to read or parse it is
+    an :class:`InputError` naming the file, and the line where the parser knows it."""
+    try:
+        return loads(read_text(path))
+    except json.JSONDecodeError as exc:
+        raise InputError(path, exc.lineno, "<json>", f"malformed JSON ({exc.msg})") from None
+    except ValueError as exc:
+        raise InputError(path, None, "<json>", f"malformed JSON ({exc})") from None
+
+
 def surrogate_problem(obj: Any) -> FieldProblem | None:
     """The located problem of a parsed JSON value holding a lone surrogate, if any."""
     try:
@@ -483,11 +494,7 @@ SIDECARS = {"descriptors": "descriptors.json", "false_negatives": "false_negativ
 
 def _sidecar_json(path: Path) -> Any:
     try:
-        return loads_json(read_text(path))
-    except json.JSONDecodeError as exc:
-        raise InputError(path, exc.lineno, "<json>", f"malformed JSON ({exc.msg})") from None
-    except ValueError as exc:
-        raise InputError(path, None, "<json>", f"malformed JSON ({exc})") from None
+        return read_json_document(path, loads_json)
     except FieldProblem as p:
         raise InputError(path, None, p.field, p.reason) from None
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import csv
 import gzip
 import hashlib
-import json
 import math
 import re
 import sys
@@ -40,9 +39,8 @@ from transferdx.inputs.reading import (
     is_gzip,
     iter_jsonl,
     iter_lines,
-    parse_json,
     parse_json_line,
-    read_text,
+    read_json_document,
     surrogate_problem,
 )
 from transferdx.inputs.records import InputError
@@ -249,12 +247,7 @@ def read_table(path: Path, builder: RecordBuilder, split: str | None = None, fal
     if form == "jsonl" or (form == "json" and _first_char(path) != "["):
         table = _read_json_lines(path, builder)  # datasets' to_json writes JSON lines, also to *.json
     elif form == "json":
-        try:
-            data = parse_json(read_text(path))
-        except json.JSONDecodeError as exc:
-            raise InputError(path, exc.lineno, "<json>", f"malformed JSON ({exc.msg})") from None
-        except ValueError as exc:
-            raise InputError(path, None, "<json>", f"malformed JSON ({exc})") from None
+        data = read_json_document(path)
         if not isinstance(data, list):
             raise InputError(path, None, "<root>", f"expected a list of objects, got {type(data).__name__}")
         rows, lines, bad = [], [], 0

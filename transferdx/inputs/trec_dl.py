@@ -11,7 +11,6 @@ error policy.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,10 +22,9 @@ from transferdx.inputs.reading import (
     id_text_lines,
     input_descriptor,
     iter_lines,
-    parse_json,
     parse_slice,
     read_id_text_tsv,
-    read_text,
+    read_json_document,
     require_path,
     slice_text,
 )
@@ -70,12 +68,7 @@ def read_retrieve_results(path: str | Path) -> dict[str, tuple[str, list[tuple[s
     """rank_llm ``retrieve_results`` JSON → {qid: (query, [(docid, rank, content), ...] in rank order)}.
     One JSON document: any problem in it is a located error (JSON path) under either error policy."""
     path = require_path(path)
-    try:
-        data = parse_json(read_text(path))  # the fields read below reject lone surrogates
-    except json.JSONDecodeError as exc:
-        raise InputError(path, exc.lineno, "<json>", f"malformed JSON ({exc.msg})") from None
-    except ValueError as exc:
-        raise InputError(path, None, "<json>", f"malformed JSON ({exc})") from None
+    data = read_json_document(path)  # the fields read below reject lone surrogates
     if not isinstance(data, list):
         raise InputError(path, None, "<root>", f"expected a list of queries, got {type(data).__name__}")
     out: dict[str, tuple[str, list[tuple[str, int, str]]]] = {}
