@@ -238,11 +238,22 @@ def needs_encoder(cfg: DictConfig) -> bool:
     return "neighbor_positive" in controls(cfg) or any("dense" in s.split("+") for s in cfg.sources)
 
 
+def audit_spec(cfg: DictConfig) -> EncoderSpec:
+    """The audit's (and the sources' builder's) frozen encoder: the ``audit_backbone`` preset when a
+    study names one (a backbone trained on sources audited by another encoder), else the backbone."""
+    name = cfg.get("audit_backbone")
+    if not name:
+        return encoder_spec(cfg)
+    from transferdx.presets import read_preset
+
+    return with_inferred_source(EncoderSpec.from_config(read_preset("backbone", str(name))))
+
+
 def build_encoder(cfg: DictConfig) -> EmbeddingCache | None:
     """The frozen encoder with its embedding cache, or None when the run needs none."""
     if not needs_encoder(cfg):
         return None
-    return EmbeddingCache(check_encoder(encoder_spec(cfg)), Path(str(cfg.paths.cache_dir)))
+    return EmbeddingCache(check_encoder(audit_spec(cfg)), Path(str(cfg.paths.cache_dir)))
 
 
 def input_settings(cfg: DictConfig) -> InputSettings:
@@ -378,6 +389,7 @@ def study_call(cfg: DictConfig) -> dict[str, Any]:
         "evaluate_frozen": bool(cfg.get("evaluate_frozen")),
         "seeds": plain(cfg.get("seeds")),
         "train_controls": bool(cfg.get("train_controls")),
+        "audit_encoder": check_encoder(audit_spec(cfg)) if cfg.get("audit_backbone") else None,
         "tables": bool(cfg.get("tables_after")),
         "artifact_dir": str(cfg.paths.artifact_dir),
         "cache_dir": str(cfg.paths.cache_dir),

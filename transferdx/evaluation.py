@@ -24,10 +24,17 @@ METRICS = {"ndcg": "ndcg_cut", "recall": "recall", "map": "map_cut"}
 
 @dataclass(frozen=True)
 class BeirData:
+    """A retrieval benchmark: corpus, queries and graded qrels. ``relevance_level``: the least grade
+    that counts as relevant for the binary measures (recall, MAP; nDCG uses the grades as gains);
+    ``ignore_identical_ids``: drop a retrieved passage whose id equals the query's (beir's rule, for
+    BEIR sets whose queries are also documents; off where ids are separate number spaces)."""
+
     name: str
     corpus: dict[str, str]  # id → title + " " + text, stripped
     queries: dict[str, str]
     qrels: dict[str, dict[str, int]]
+    relevance_level: int = 1
+    ignore_identical_ids: bool = True
 
 
 def load_beir_split(folder: str | Path, split: str = "test", max_queries: int | None = None, seed: int = 0) -> BeirData:
@@ -44,6 +51,45 @@ def load_beir_split(folder: str | Path, split: str = "test", max_queries: int | 
         picks = np.random.default_rng(seed).choice(len(qids), size=max_queries, replace=False)
         qids = [qids[i] for i in sorted(picks)]
     return BeirData(folder.name, texts, {q: queries[q] for q in qids}, {q: qrels[q] for q in qids})
+
+
+def load_trec_dl_benchmark(
+    folder: str | Path, split: str = "test", max_queries: int | None = None, seed: int = 0, relevant_grade: int = 2
+) -> BeirData:
+    """TREC-DL passage retrieval (e.g. the 2019 track) as a benchmark: queries = the judged topics
+    with at least one passage of grade ≥ ``relevant_grade`` among the runs' texts, corpus = every
+    passage in any run of the layout (``runs/<system>/retrieve_results_*.json``), qrels = the deep
+    graded judgments (nDCG@10 with grades as gains; recall and MAP count grade ≥ ``relevant_grade``,
+    the track's rule for passages). ``split`` is ignored (the track has one)."""
+    from transferdx.inputs.reading import require_path
+    from transferdx.inputs.trec_dl import load_trec_dl_query_set
+
+    folder = require_path(folder, "folder")
+    qs = load_trec_dl_query_set(folder, relevant_grade=relevant_grade)
+    qids = list(qs.queries)
+    if max_queries is not None and max_queries < len(qids):
+        picks = np.random.default_rng(seed).choice(len(qids), size=max_queries, replace=False)
+        qids = [qids[i] for i in sorted(picks)]
+    judgments = qs.judgments or {}
+    return BeirData(
+        folder.name,
+        dict(qs.pool),
+        {q: qs.queries[q] for q in qids},
+        {q: dict(judgments[q]) for q in qids},
+        relevance_level=relevant_grade,
+        ignore_identical_ids=False,
+    )
+
+
+def load_beir_benchmark(
+    folder: str | Path, split: str = "test", max_queries: int | None = None, seed: int = 0
+) -> BeirData:
+    """:func:`load_beir_split` (the registry's name for the BEIR layout)."""
+    return load_beir_split(folder, split, max_queries, seed)
+
+
+# Benchmark layouts (``benchmark.datasets[].format``): folder → BeirData.
+BENCHMARK_FORMATS = {"beir": load_beir_benchmark, "trec_dl": load_trec_dl_benchmark}
 
 
 def dense_search(
@@ -63,14 +109,22 @@ def dense_search(
 
 
 def per_query_metrics(
-    qrels: Mapping[str, Mapping[str, int]], results: Mapping[str, Mapping[str, float]], k_values: Sequence[int]
+    qrels: Mapping[str, Mapping[str, int]],
+    results: Mapping[str, Mapping[str, float]],
+    k_values: Sequence[int],
+    *,
+    relevance_level: int = 1,
+    ignore_identical_ids: bool = True,
 ) -> pd.DataFrame:
-    """pytrec_eval per query: columns ``ndcg@k``, ``recall@k``, ``map@k`` for each k."""
+    """pytrec_eval per query: columns ``ndcg@k``, ``recall@k``, ``map@k`` for each k (binary
+    measures count grade ≥ ``relevance_level`` as relevant)."""
     import pytrec_eval
 
-    cleaned = {q: {p: s for p, s in hits.items() if p != q} for q, hits in results.items()}
+    cleaned = {q: {p: s for p, s in hits.items() if p != q or not ignore_identical_ids} for q, hits in results.items()}
     measures = {f"{m}." + ",".join(str(k) for k in k_values) for m in METRICS.values()}
-    scores = pytrec_eval.RelevanceEvaluator({q: dict(v) for q, v in qrels.items()}, measures).evaluate(cleaned)
+    scores = pytrec_eval.RelevanceEvaluator(
+        {q: dict(v) for q, v in qrels.items()}, measures, relevance_level=relevance_level
+    ).evaluate(cleaned)
     rows = []
     for qid in sorted(scores):
         row: dict[str, Any] = {"qid": qid}
@@ -124,5 +178,11 @@ def evaluate(encoder: Any, data: BeirData, k_values: Sequence[int] = (10, 100), 
     corpus_vectors = encoder.embed([data.corpus[p] for p in pids], "passage")
     query_vectors = encoder.embed([data.queries[q] for q in qids], "query")
     run = dense_search(query_vectors, corpus_vectors, qids, pids, top_k)
-    per_query = per_query_metrics(data.qrels, run, k_values)
+    per_query = per_query_metrics(
+        data.qrels,
+        run,
+        k_values,
+        relevance_level=data.relevance_level,
+        ignore_identical_ids=data.ignore_identical_ids,
+    )
     return Evaluation(data.name, encoder.scorer(), per_query, run, tuple(k_values))

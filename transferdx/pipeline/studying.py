@@ -92,6 +92,7 @@ def study(
     cache_dir: str | Path | None = None,
     seeds: Sequence[int] | Mapping[str, Sequence[int]] | None = None,
     train_controls: bool = False,
+    audit_encoder: str | Path | EncoderSpec | None = None,
 ) -> StudyResult:
     """One backbone's study: audit ``loaded`` (into ``out/audit``), train one retriever per source
     and seed, evaluate each (and the frozen backbone), write ``study.csv`` (diagnostics next to
@@ -100,11 +101,14 @@ def study(
     ``seeds``: training seeds, one list for every source or per kind (``{"genuine": [0, 1, 2],
     "control": [0, 1]}``); default ``[options.seed]``. ``train_controls``: train on the controls in
     ``loaded`` too (known-truth validation; the tables then add the validation tables). With more
-    than one seed a source's evaluations go to ``evaluate/<source>/seed<k>/``."""
+    than one seed a source's evaluations go to ``evaluate/<source>/seed<k>/``. ``audit_encoder``:
+    the frozen encoder of the audit when it is not the trained backbone (e.g. a static backbone
+    trained on sources audited, as a user would, with MiniLM); default the backbone itself."""
     out = Path(out)
     options = options or AuditOptions()
     spec = encoder_spec(encoder)
-    frozen_encoder = spec if options.semantic is not None else None
+    auditor = encoder_spec(audit_encoder) if audit_encoder is not None else spec
+    frozen_encoder = auditor if options.semantic is not None else None
     # the study's controls come from its query set (build config), never from the audit itself
     audited = audit(loaded, options, encoder=frozen_encoder, cache_dir=cache_dir, controls="none")
     audited.save(safe_join(out, "audit"))
