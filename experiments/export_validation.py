@@ -24,8 +24,23 @@ import pandas as pd
 
 from transferdx.artifacts import atomic_write_text, canonical_json, csv_text, versions
 
-TABLES = ("validation_transfer", "validation_pairs", "validation_audit", "validation_ladder")
-CODE = ("transferdx", "conf", "experiments/validation_study.sh", "experiments/export_validation.py", "pyproject.toml")
+TABLES = (
+    "validation_transfer",
+    "validation_datasets",
+    "validation_pairs",
+    "validation_flags",
+    "validation_audit",
+    "validation_ladder",
+)
+CODE = (
+    "transferdx",
+    "conf",
+    "experiments/validation_study.sh",
+    "experiments/validation_static.sh",
+    "experiments/convergence.py",
+    "experiments/export_validation.py",
+    "pyproject.toml",
+)
 PROFILE = (
     "source",
     "kind",
@@ -41,7 +56,11 @@ PROFILE = (
     "composite_trace",
     "fn_suspect_rate",
     "duplicate_positive_rate",
+    "near_duplicate_positive_rate",
+    "band_inverted",
+    "band_easy",
     "flags",
+    "absolute_flags",
 )
 
 
@@ -66,6 +85,8 @@ def export(study: Path, results: Path, command: str) -> None:
         target = results / "analysis" / frame.relative_to(tables / "validation")
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(frame, target)
+    if (study / "convergence.csv").is_file():
+        shutil.copyfile(study / "convergence.csv", results / "convergence.csv")
     runs = pd.read_csv(study / "study.csv").drop(columns=["model_dir"], errors="ignore")
     atomic_write_text(results / "runs.csv", csv_text(runs))
     profile = pd.read_csv(study / "audit/profile.csv")
@@ -80,7 +101,8 @@ def export(study: Path, results: Path, command: str) -> None:
         + (" (with uncommitted changes)" if dirty else "")
         + ". Tables as the study's tables step wrote them; `analysis/` holds the frames behind them, "
         "`runs.csv` every (source, seed) evaluation, `profile.csv` the audit's diagnostics and flags. "
-        "What they do and do not show: the README's validation paragraph.\n\n"
+        "`convergence.csv` (when present) each source's seed-0 nDCG@10 at the last two checkpoints. "
+        "What they do and do not show: `../README.md` (predictions scored against `../PLAN.md`).\n\n"
         "![random-mix ladder](validation_ladder.png)\n\n"
     )
     atomic_write_text(results / "README.md", header + "\n".join(parts))

@@ -179,6 +179,7 @@ def test_validation_preset_trains_controls_with_seeds_and_reruns_byte_for_byte(t
         "training.max_steps=4",
         "training.batch_size=8",
         "training.max_seq_length=16",
+        "training.negatives=all",
         "benchmark.max_queries=20",
         "bootstrap.resamples=100",
         "analysis.validation.resamples=500",
@@ -186,6 +187,17 @@ def test_validation_preset_trains_controls_with_seeds_and_reruns_byte_for_byte(t
     first, second = tmp_path / "v1", tmp_path / "v2"
     run_cli("study", *args, f"output_dir={first}")
     table = pd.read_csv(first / "study.csv")
+    # every model trained on exactly the negatives the audit audited (training.negatives=all): the
+    # digest of its (query, negative) pairs equals the one recomputed from the audit's negatives.csv
+    from transferdx.training import negatives_digest
+
+    audited = pd.read_csv(first / "audit/negatives.csv", dtype=str, keep_default_na=False)
+    for _, run in table[table["kind"] != "frozen"].iterrows():
+        config = json.loads((Path(run["model_dir"]).parent / "train_config.json").read_text())
+        mine = audited[audited["source"] == run["source"]]
+        assert config["settings"]["negatives"] == "all"
+        assert config["negatives_digest"] == negatives_digest(list(zip(mine["query"], mine["text"], strict=True)))
+        assert config["n_negative_columns"] == mine.groupby("qid").size().max()
     runs = sorted(zip(table["source"], table["seed"].fillna(-1).astype(int), strict=True))
     genuine = [("bm25", 0), ("bm25", 1), ("perturb", 0), ("perturb", 1)]
     controls = [("own_positive_mix", 0), ("random_mix_25", 0), ("random_passages", 0)]

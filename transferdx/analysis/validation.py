@@ -293,7 +293,8 @@ def flag_check(
     rules: Sequence[str],
     absolute: Sequence[str] = (),
 ) -> pd.DataFrame:
-    """(a) For each flag rule (and ``any`` flag, and ``any_absolute``: any of the ``absolute`` rules) and each trained source it flags: is its T below
+    """(a) For each flag rule (and ``any`` flag, and ``any_absolute``: any of the ``absolute`` rules)
+    and each trained source it flags: is its T below
     every unflagged genuine source's (``worse_than_all``), established against each of them
     (``established_vs_all``), and the gap to the weakest unflagged genuine source
     (``margin`` = T_g − T_f, with that pair's interval and Holm p). A rule that flags no trained

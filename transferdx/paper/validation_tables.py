@@ -117,6 +117,7 @@ def pairs_table(a: TableInputs) -> Table:
                     f"{source_label(r['a'])} > {source_label(r['b'])}",
                     _cell(a, backbone, "pairs", f"{where}; column=diff", float(r["diff"]), digits=4),
                     _interval(r["ci_low"], r["ci_high"]),
+                    _cell(a, backbone, "pairs", f"{where}; column=mdd", float(r.get("mdd", float("nan"))), digits=4),
                     _cell(a, backbone, "pairs", f"{where}; column=p_holm", float(r["p_holm"]), digits=4),
                     _cell(a, backbone, "pairs", f"{where}; column=seed_consistent", bool(r["seed_consistent"])),
                     _cell(
@@ -133,8 +134,10 @@ def pairs_table(a: TableInputs) -> Table:
         "Validation: pairwise differences",
         "T_a − T_b for every pair of trained sources (a the better), 95% two-level bootstrap interval, two-sided "
         "bootstrap p Holm-corrected over all pairs, whether every seed of a beats every seed of b; established = "
-        "p_holm < α and seed-consistent.",
-        ("Backbone", "Pair", "Difference", "CI", "p (Holm)", "Seed-consistent", "Established"),
+        "p_holm < α and seed-consistent. MDD: the difference this design detects with 80% power at α = 0.05, "
+        "2.80 × the bootstrap SD of the paired difference (seed and query variance as measured): a difference "
+        "not established and below MDD/2 is absent at this resolution, one above it too small to establish.",
+        ("Backbone", "Pair", "Difference", "CI", "MDD", "p (Holm)", "Seed-consistent", "Established"),
         tuple(tuple(r) for r in rows),
         groups=1,
     )
@@ -181,6 +184,8 @@ def audit_table(a: TableInputs) -> Table:
                     if pd.isna(hit["spearman_ci_low"])
                     else _interval(hit["spearman_ci_low"], hit["spearman_ci_high"])
                 )
+                both = hit.get("spearman_both_ci_low", float("nan"))
+                row.append("—" if pd.isna(both) else _interval(both, hit["spearman_both_ci_high"]))
                 row.append(_cell(a, backbone, "agreement", f"{where}; column=kendall", float(hit["kendall"])))
             rows.append(row)
     missed = [
@@ -192,7 +197,8 @@ def audit_table(a: TableInputs) -> Table:
         "Flagged (trained): each flagged source with the weakest unflagged genuine source's nDCG@10 minus its own "
         "(> 0: it trains worse) and that difference's interval. Flagged ⇒ worse: flagged trained sources whose "
         "nDCG@10 is below every unflagged genuine source (point estimate) / with every such difference "
-        "established. Spearman interval: over the transfer resamples, the diagnostic held at its audited value.",
+        "established. Spearman CI: over the transfer resamples (queries and seeds), the diagnostic held at its "
+        "audited value; CI both: the diagnostic also drawn from its audit interval (records resampled).",
         "Controls no flag marks although they train established-worse than every genuine source: "
         + ("; ".join(missed) if missed else "none."),
     )
@@ -210,9 +216,11 @@ def audit_table(a: TableInputs) -> Table:
             "Established",
             "Spearman (all)",
             "CI (all)",
+            "CI both (all)",
             "Kendall (all)",
             "Spearman (genuine)",
             "CI (genuine)",
+            "CI both (genuine)",
             "Kendall (genuine)",
         ),
         tuple(tuple(r) for r in rows),
@@ -278,7 +286,78 @@ def ladder_table(a: TableInputs) -> Table:
     )
 
 
+def flags_table(a: TableInputs) -> Table:
+    """(a) per flag rule — envelope and absolute — the trained sources it flags and whether each
+    trains worse than every unflagged genuine source."""
+    from transferdx.auditing.profiles import ABSOLUTE_FLAG_RULES
+
+    absolute = {r.name for r in ABSOLUTE_FLAG_RULES} | {"any_absolute"}
+    rows = []
+    for backbone, frames in _frames(a).items():
+        flags = frames["flags"]
+        for rule in dict.fromkeys(flags["flag"]):
+            hits = flags[(flags["flag"] == rule) & flags["source"].fillna("").astype(bool)]
+            where = f"flag={rule}"
+            row: list[Any] = [a.label(backbone), rule, "absolute" if rule in absolute else "envelope"]
+            row.append("; ".join(_evidence(h) for h in hits.to_dict("records")) or "none")
+            if len(hits):
+                worse = f"{int(hits['worse_than_all'].eq(True).sum())}/{len(hits)}"
+                est = f"{int(hits['established_vs_all'].eq(True).sum())}/{len(hits)}"
+                row.append(_cell(a, backbone, "flags", f"{where}; count of worse_than_all", worse))
+                row.append(_cell(a, backbone, "flags", f"{where}; count of established_vs_all", est))
+            else:
+                row += ["—", "—"]
+            rows.append(row)
+    return Table(
+        "Validation: flags against known truth",
+        "Per flag rule (envelope: thresholds from the genuine sources, which it cannot flag; absolute: fixed "
+        "principles, which can): each flagged trained source with the weakest unflagged genuine source's nDCG@10 "
+        "minus its own (> 0: it trains worse) and that difference's interval; how many flagged sources train "
+        "below every unflagged genuine source, and with every such difference established.",
+        ("Backbone", "Rule", "Kind", "Flagged (trained)", "Flagged ⇒ worse", "Established"),
+        tuple(tuple(r) for r in rows),
+        groups=1,
+    )
+
+
+def datasets_table(a: TableInputs) -> Table:
+    """Transfer on each benchmark set on its own: nDCG@10 with its two-level interval, Δ frozen."""
+    rows = []
+    for backbone, frames in _frames(a).items():
+        table = frames.get("by_dataset")
+        if table is None or not len(table):
+            continue
+        for r in table.to_dict("records"):
+            where = f"dataset={r['dataset']}; source={r['source']}"
+            delta = r.get("delta_frozen", float("nan"))
+            rows.append(
+                [
+                    a.label(backbone),
+                    str(r["dataset"]),
+                    source_label(str(r["source"])),
+                    str(r["kind"]),
+                    _cell(a, backbone, "by_dataset", f"{where}; column=ndcg10", float(r["ndcg10"])),
+                    _interval(r["ci_low"], r["ci_high"]),
+                    "" if pd.isna(r.get("seed_sd", float("nan"))) else f"{r['seed_sd']:.4f}",
+                    "" if pd.isna(delta) else f"{delta:+.3f}",
+                    ""
+                    if pd.isna(r.get("delta_ci_low", float("nan")))
+                    else _interval(r["delta_ci_low"], r["delta_ci_high"]),
+                ]
+            )
+    return Table(
+        "Validation: transfer per benchmark set",
+        "nDCG@10 on each benchmark set on its own (mean over seeds), its 95% two-level interval (queries of that "
+        "set, seeds), seed-to-seed SD and Δ from the frozen backbone with its interval.",
+        ("Backbone", "Set", "Source", "Kind", "nDCG@10", "CI", "Seed SD", "Δ frozen", "Δ CI"),
+        tuple(tuple(r) for r in rows),
+        groups=2,
+    )
+
+
 VALIDATION_TABLES: dict[str, Callable[[TableInputs], Table]] = {
+    "validation_datasets": datasets_table,
+    "validation_flags": flags_table,
     "validation_transfer": transfer_table,
     "validation_pairs": pairs_table,
     "validation_audit": audit_table,
