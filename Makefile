@@ -1,6 +1,7 @@
 # One-command entry points. On a fresh clone:
 #   make demo   # create .venv, install, run the audit on the embedded demo
 #   make test   # create .venv, install, run the whole test suite (what CI runs)
+#   make docs   # build the documentation site strictly (broken links fail) into $(DOCS_DIR)
 #   make small-study  # the small study end to end, through the regenerated tables
 #   make validation-study  # train on controls too: does the audit predict which sources train worse?
 # torch is installed first and pinned, so that resolving the other dependencies never pulls a
@@ -12,7 +13,7 @@ TORCH_INDEX ?=
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.transferdx-installed
 
-.PHONY: setup demo test bench lint dl19 small-study validation-study clean
+.PHONY: setup demo test docs bench lint dl19 small-study validation-study clean
 
 setup: $(STAMP)
 
@@ -44,6 +45,11 @@ validation-study: setup
 
 test: setup
 	$(PY) -m pytest
+
+# The docs site (mkdocs.yml over docs/), strict: a broken link, anchor or unlisted page fails.
+DOCS_DIR ?= $(or $(TMPDIR),/tmp)/transferdx-site
+docs: setup
+	$(VENV)/bin/mkdocs build --strict --site-dir $(DOCS_DIR)
 
 bench: setup
 	$(PY) benchmarks/bench_psi.py

@@ -3,11 +3,15 @@
 TREC-DL19 in the single-label situation (``labels=single``: only p0 is a positive; judged-relevant
 candidates stay among each run's top-8 negatives), audited with all-MiniLM-L6-v2; a negative is a
 real false negative when judged >= 2. Prints the out-of-fold scores (5 folds grouped by query) next
-to the positive-aware rule's best cell, then writes the fit on all negatives.
+to the positive-aware rule's best cell, then writes the fit on all negatives. Also prints the Platt
+calibration of ``fn_probability`` (``calibration``: a, b and the calibration error, out of fold) and
+each rule's precision (``precision``), the numbers kept as constants in
+``transferdx/diagnostics/suspicion.py`` (PLATT_A, PLATT_B, DL19_PRECISION, DL19_BASE_RATE).
 
     python experiments/fit_fn_combined.py [DATA_DIR] [--check]
 
-``--check`` refits and compares with the shipped file instead of writing it (exit 1 on a difference).
+``--check`` refits and compares with the shipped file and the constants instead of writing it (exit 1
+on a difference).
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ import numpy as np
 
 import transferdx as tdx
 from transferdx.artifacts import canonical_json
-from transferdx.auditing.fn_eval import eval_frame, fn_evaluation, labels
+from transferdx.auditing.fn_eval import calibration, eval_frame, fn_evaluation, labels, probability_measurement
+from transferdx.diagnostics import suspicion
 from transferdx.diagnostics.fn_combined import COMBINED_FILE, features, fit_combined
 from transferdx.diagnostics.suspicion import SuspicionSettings
 from transferdx.inputs.trec_dl import load_trec_dl
@@ -57,17 +62,61 @@ def fit(data_dir: str | Path, cache_dir: str | Path | None = None) -> dict:
     return out
 
 
+def calibrate(data_dir: str | Path, cache_dir: str | Path | None = None) -> dict:
+    """Platt (a, b) of fn_probability and each rule's precision on DL19 (the suspicion constants)."""
+    frame, grade = dl19_frame(data_dir, cache_dir)
+    cal = calibration(frame, grade)
+    defaults = SuspicionSettings()
+    measured = probability_measurement(
+        frame,
+        grade,
+        alpha=defaults.alpha,
+        delta=defaults.delta,
+        threshold=suspicion.MIN_PROBABILITY,
+        a=cal["a"],
+        b=cal["b"],
+    )
+    precision = {
+        name: None
+        if row["n_suspected"] == 0
+        else (row["n_suspected"], row["precision"], row["precision_ci_low"], row["precision_ci_high"])
+        for name, row in measured.items()
+        if isinstance(row, dict)
+    }
+    return {"calibration": cal, "base_rate": measured["base_rate"], "precision": precision}
+
+
+def constants_match(measured: dict, tol: float = 2e-3) -> bool:
+    """The constants in suspicion.py equal ``measured`` (rounded to 3–4 decimals as written there)."""
+    cal = measured["calibration"]
+    if abs(cal["a"] - suspicion.PLATT_A) > tol or abs(cal["b"] - suspicion.PLATT_B) > tol:
+        return False
+    if abs(measured["base_rate"] - suspicion.DL19_BASE_RATE) > tol:
+        return False
+    for name, kept in suspicion.DL19_PRECISION.items():
+        got = measured["precision"][name]
+        if (kept is None) != (got is None):
+            return False
+        if kept is not None and (kept[0] != got[0] or not np.allclose(kept[1:], got[1:], atol=tol)):
+            return False
+    return True
+
+
 def main(argv: list[str]) -> int:
     args = [a for a in argv if not a.startswith("--")]
     data_dir = args[0] if args else os.environ.get("TRANSFERDX_DATA_DIR", "../shared/data")
     fitted = fit(data_dir)
     print(json.dumps(fitted["provenance"], indent=2))
+    measured = calibrate(data_dir)
+    print(json.dumps(measured, indent=2))
     text = canonical_json(fitted)
     if "--check" in argv:
         shipped = json.loads(SHIPPED.read_text("utf-8"))
         same = all(np.allclose(shipped[k], fitted[k], atol=1e-6) for k in ("mean", "scale", "coef", "intercept"))
         print("shipped coefficients reproduce" if same else "shipped coefficients DIFFER from the refit")
-        return 0 if same else 1
+        kept = constants_match(measured)
+        print("calibration constants reproduce" if kept else "calibration constants DIFFER from suspicion.py")
+        return 0 if same and kept else 1
     SHIPPED.write_text(text, encoding="utf-8")
     print(f"wrote {SHIPPED}")
     return 0

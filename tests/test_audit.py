@@ -53,9 +53,10 @@ def test_profile_has_every_column(demo_audit):
         assert f"{stat.ci_prefix}_ci_low" in frame and f"{stat.ci_prefix}_ci_high" in frame, stat.name
 
 
-def _source_rng(seed: int, name: str) -> np.random.Generator:
-    """§3.4: the bootstrap stream of a source is seeded from (seed, sha256(source name))."""
-    return np.random.default_rng([seed, int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "little")])
+def _source_rng(seed: int, qids) -> np.random.Generator:
+    """§3.4: the bootstrap stream of a source is seeded from (seed, sha256 of its sorted qids)."""
+    key = hashlib.sha256(json.dumps(sorted(map(str, qids))).encode()).digest()[:4]
+    return np.random.default_rng([seed, int.from_bytes(key, "little")])
 
 
 def _ratio_ci(num: np.ndarray, den: np.ndarray, rng: np.random.Generator, resamples: int) -> tuple[float, float]:
@@ -85,7 +86,9 @@ def test_cis_equal_an_independent_percentile_bootstrap(demo_audit):
             "bucket_c_ge_05": (recs["n_bucket_c_ge_05"], recs["n_psi_defined"]),
         }
         for prefix, (num, den) in checks.items():
-            low, high = _ratio_ci(np.asarray(num, float), np.asarray(den, float), _source_rng(0, str(name)), RESAMPLES)
+            low, high = _ratio_ci(
+                np.asarray(num, float), np.asarray(den, float), _source_rng(0, recs["qid"]), RESAMPLES
+            )
             assert frame.loc[name, f"{prefix}_ci_low"] == pytest.approx(low, abs=1e-12), (name, prefix)
             assert frame.loc[name, f"{prefix}_ci_high"] == pytest.approx(high, abs=1e-12), (name, prefix)
         ref = scipy.stats.bootstrap(
@@ -93,7 +96,7 @@ def test_cis_equal_an_independent_percentile_bootstrap(demo_audit):
             np.mean,
             n_resamples=RESAMPLES,
             method="percentile",
-            rng=_source_rng(0, str(name)),
+            rng=_source_rng(0, recs["qid"]),
         ).confidence_interval
         assert (frame.loc[name, "psi_ci_low"], frame.loc[name, "psi_ci_high"]) == pytest.approx(
             (ref.low, ref.high), abs=1e-12

@@ -4,6 +4,8 @@ zero suspect rate, byte-stable output; and α, δ from the Hydra config."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hydra import compose, initialize_config_dir
 
@@ -15,6 +17,7 @@ from transferdx.cleaning import RELABELED_RELATION, clean_records
 from transferdx.diagnostics.suspicion import SuspicionSettings
 from transferdx.diagnostics.tokens import alnum
 from transferdx.inputs.records import LoadResult, Passage, Record
+from transferdx.inputs.registry import BORROWED_RELATION
 from transferdx.inputs.transferdx_records import read_records, write_records
 from transferdx.presets import config_dir
 
@@ -34,6 +37,10 @@ RECORDS = [
 ]
 
 
+TEXT = ["duplicate_positive", "duplicate_negative"]
+ENC = ["positive_aware", "duplicate_positive", "near_duplicate_positive", "duplicate_negative"]
+
+
 def lexical(records):
     return tdx.audit(records, encoder=None, resamples=20, controls="none")
 
@@ -42,22 +49,26 @@ def test_remove_text_reasons_counts_order_and_emptied():
     """Kills: removing the first occurrence of a repeated negative instead of the repeat, reordering
     the kept negatives or the records (to the audit's sorted order), dropping an emptied record
     without listing it, and counting the emptied record's negative as relabeled."""
-    done = tdx.clean(RECORDS, lexical(RECORDS), action="remove")
-    assert [r.qid for r in done.records] == ["q2", "q3"]
+    done = tdx.clean(RECORDS, lexical(RECORDS), action="remove", reasons=TEXT)
+    assert [r.qid for r in done.records] == ["q2", "q1", "q3"]  # q1 kept, borrowing q3's negatives
+    assert done.records[1].negatives == tuple(
+        dataclasses.replace(n, relation=BORROWED_RELATION, method="borrowed from q3") for n in RECORDS[2].negatives
+    )
     q2 = done.records[0]
     assert [(n.id, n.text) for n in q2.negatives] == [("a", "alpha"), ("c", "gamma"), ("d", "delta")]
     assert q2.positives == RECORDS[0].positives
-    assert done.records[1] == RECORDS[2]
+    assert done.records[2] == RECORDS[2]
     assert done.removed[["qid", "neg_index", "neg_id", "reasons", "action"]].values.tolist() == [
         ["q2", 1, "b", "duplicate_positive", "removed"],
         ["q2", 3, "a", "duplicate_negative", "removed"],
         ["q1", 0, "e", "duplicate_positive", "removed"],
     ]
     assert done.removed["negative"].tolist() == ["  THE   answer ", "alpha", "The Answer"]
-    assert done.emptied.values.tolist() == [["s", "q1", 1, 1, 0]]
+    assert done.emptied.values.tolist()[0][:5] == ["s", "q1", 1, 1, 0]
+    assert "borrowed 2 negatives (borrowed from q3)" in done.emptied["fallback"].iloc[0]
     d = done.descriptor
-    assert (d["n_removed"], d["n_relabeled"], d["n_emptied"], d["n_records_out"]) == (3, 0, 1, 2)
-    assert "1 records left without negatives" in done.summary() and "emptied: s/q1" in done.summary()
+    assert (d["n_removed"], d["n_relabeled"], d["n_emptied"], d["n_records_out"], d["n_borrowed"]) == (3, 0, 1, 3, 1)
+    assert "1 records left without negatives, kept" in done.summary() and "emptied: s/q1" in done.summary()
 
 
 def test_reasons_subset_and_what_cannot_be_cleaned():
@@ -114,7 +125,7 @@ def test_relabel_moves_answering_negatives_after_p0():
     """Kills: relabeling a copy of p or a repeated negative (a duplicate positive), putting the moved
     negative before p0, forgetting the relation mark, and keeping a negative that now copies a
     relabeled one."""
-    done = tdx.clean(ENC_RECORDS, fake_audit(ENC_RECORDS), action="relabel")
+    done = tdx.clean(ENC_RECORDS, fake_audit(ENC_RECORDS), action="relabel", reasons=ENC)
     q1 = done.records[0]
     assert [p.id for p in q1.positives] == ["p", "n2"]
     assert q1.positives[1] == Passage("n2", "close", relation=RELABELED_RELATION)
@@ -127,8 +138,10 @@ def test_relabel_moves_answering_negatives_after_p0():
         ["q2", 1, "positive_aware", "removed"],
         ["q3", 1, "duplicate_negative", "removed"],
     ]
-    assert [n.id for n in done.records[1].negatives] == ["m"] and len(done.records[1].positives) == 1
-    assert done.emptied.values.tolist() == [["s", "q2", 2, 1, 1]]
+    assert [p.id for p in done.records[1].positives] == ["p", "n5"]  # q2 kept: borrows q3's negative
+    assert [(n.id, n.relation) for n in done.records[1].negatives] == [("m", BORROWED_RELATION)]
+    assert [n.id for n in done.records[2].negatives] == ["m"] and len(done.records[2].positives) == 1
+    assert done.emptied.values.tolist()[0][:5] == ["s", "q2", 2, 1, 1]
     assert (done.descriptor["n_relabeled"], done.descriptor["n_removed"]) == (2, 4)
 
 
@@ -136,7 +149,7 @@ def test_relabel_moves_answering_negatives_after_p0():
 def test_reaudit_with_the_encoder_is_clean(action):
     """Kills: leaving positive_aware / near_duplicate_positive suspects in the copy, and a relabel
     that changes p0 (which would move every s(q,p) and so the rule's bar)."""
-    done = tdx.clean(ENC_RECORDS, fake_audit(ENC_RECORDS), action=action)
+    done = tdx.clean(ENC_RECORDS, fake_audit(ENC_RECORDS), action=action, reasons=ENC)
     profile = fake_audit(done.records).profile.iloc[0]
     for rate in ("fn_suspect_rate", "positive_aware_rate", "near_duplicate_positive_rate", "duplicate_positive_rate"):
         assert profile[rate] == 0, rate
@@ -151,9 +164,10 @@ def test_core_takes_the_negatives_csv_frame(tmp_path):
     result = lexical(RECORDS)
     result.save(tmp_path)
     frame = pd.read_csv(tmp_path / "negatives.csv")
-    cleaned, removed, emptied = clean_records(RECORDS, frame, action="remove")
-    again = tdx.clean(RECORDS, result)
-    assert cleaned == again.records and removed.equals(again.removed) and emptied.equals(again.emptied)
+    cleaned, removed, emptied = clean_records(RECORDS, frame, action="remove", reasons=TEXT)
+    again = tdx.clean(RECORDS, result, reasons=TEXT)
+    assert [q.record.negatives or q.borrowed for q in cleaned] == [r.negatives for r in again.records]
+    assert removed.equals(again.removed) and emptied.equals(again.emptied)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -166,10 +180,18 @@ def test_copy_keeps_a_records_file_and_says_when_it_cannot(tmp_path):
     written back in its own format."""
     path = tmp_path / "mined.jsonl"
     write_records(RECORDS, path)
-    a = tdx.clean(path, encoder=None, resamples=20, out=tmp_path / "a")
-    b = tdx.clean(path, encoder=None, resamples=20, out=tmp_path / "b")
+    a = tdx.clean(path, encoder=None, resamples=20, out=tmp_path / "a", reasons=TEXT)
+    b = tdx.clean(path, encoder=None, resamples=20, out=tmp_path / "b", reasons=TEXT)
     names = sorted(str(p.relative_to(tmp_path / "a")) for p in (tmp_path / "a").rglob("*") if p.is_file())
-    assert names == ["clean.json", "cleaned/mined.jsonl", "emptied.csv", "exclusions.csv", "removed.csv"]
+    assert names == [
+        "clean.json",
+        "cleaned/mined.jsonl",
+        "emptied.csv",
+        "exclusions.csv",
+        "removed.csv",
+        "review.csv",
+        "rows.csv",
+    ]
     for name in names:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
     assert tdx.load(tmp_path / "a" / "cleaned").records == a.records == b.records
@@ -177,11 +199,13 @@ def test_copy_keeps_a_records_file_and_says_when_it_cannot(tmp_path):
     mem = tdx.clean(RECORDS, encoder=None, resamples=20, out=tmp_path / "m")
     assert mem.descriptor["faithful"] is False and "cannot be written back" in mem.summary()
     assert read_records(tmp_path / "m" / "cleaned").records == mem.records
-    flag = tmp_path / "flag.jsonl"  # FlagEmbedding {query, pos, neg}: read, but not written back
-    flag.write_text('{"query": "q", "pos": ["the answer"], "neg": ["x", "THE answer"]}\n', encoding="utf-8")
+    flag = tmp_path / "flag.jsonl"  # FlagEmbedding {query, pos, neg}: written back as FlagEmbedding
+    flag.write_text('{"query": "q", "pos": ["the answer"], "neg": ["x", "THE answer"], "id": 7}\n', encoding="utf-8")
     other = tdx.clean(flag, encoder=None, resamples=20, out=tmp_path / "f")
-    assert other.descriptor["faithful"] is False and "cannot be written back" in other.descriptor["note"]
-    assert [n.text for n in read_records(tmp_path / "f" / "cleaned").records[0].negatives] == ["x"]
+    assert other.descriptor["faithful"] is True
+    written = (tmp_path / "f" / "cleaned" / "flag.jsonl").read_text(encoding="utf-8")
+    assert written == '{"query": "q", "pos": ["the answer"], "neg": ["x"], "id": 7}\n'
+    assert other.rows[["change", "n_lost"]].values.tolist() == [["trimmed", 1]]
 
 
 def compose_clean(*items: str):
@@ -206,10 +230,15 @@ def test_cli_end_to_end(tmp_path):
     write_records(RECORDS, path)
     out = tmp_path / "cli"
     proc = run_cli(
-        "clean", f"input={path}", f"output_dir={out}", f"hydra.run.dir={tmp_path / 'run'}", "diagnostics=lexical"
+        "clean",
+        f"input={path}",
+        f"output_dir={out}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        "diagnostics=lexical",
+        "clean.reasons=[duplicate_positive,duplicate_negative]",
     )
     assert "1 records left without negatives" in proc.stdout and "3 negatives removed" in proc.stdout
-    lib = tdx.clean(path, encoder=None, out=tmp_path / "lib")
+    lib = tdx.clean(path, encoder=None, out=tmp_path / "lib", reasons=TEXT)
     for name in ("cleaned/mined.jsonl", "removed.csv", "emptied.csv"):
         assert (out / name).read_bytes() == (tmp_path / "lib" / name).read_bytes(), name
     assert lib.descriptor["n_removed"] == 3
@@ -217,3 +246,37 @@ def test_cli_end_to_end(tmp_path):
         "clean", f"input={path}", f"output_dir={out}", "clean.action=drop", "diagnostics=lexical", check=False
     )
     assert bad.returncode == 2 and "action" in bad.stderr
+
+
+def test_default_acts_on_high_precision_reasons_only_and_lists_the_rest():
+    """Kills: default cleaning removing positive_aware suspects (measured precision near the base
+    rate), dropping them from view instead of listing them for review, and a summary that says the
+    encoder did not run when it did (combined is unchecked because the rule is positive_aware)."""
+    done = tdx.clean(ENC_RECORDS, fake_audit(ENC_RECORDS))
+    assert done.descriptor["reasons"] == ["duplicate_positive", "near_duplicate_positive"]
+    acted = {r for joined in done.removed["reasons"] for r in joined.split(";")}
+    assert acted == {"duplicate_positive", "near_duplicate_positive"} and len(done.removed) == 1
+    assert set(done.review["neg_id"]) == {"n2", "n5", "n6", "m"}  # positive_aware / duplicate_negative only
+    summary = done.summary()
+    assert "not checked: combined (the audit's score rule is positive_aware)" in summary
+    assert "no encoder" not in summary and "4 other suspects listed for review" in summary
+
+
+def test_min_probability_uses_the_column_only_when_present():
+    """Kills: ignoring ``fn_probability`` when asked, acting on it when not asked, failing when the
+    column is absent, and an out-of-range threshold accepted."""
+    import numpy as np
+
+    frame = fake_audit(ENC_RECORDS).result.negatives.drop(columns=["fn_probability"], errors="ignore")
+    plain = tdx.clean(ENC_RECORDS, frame, min_probability=0.5)
+    assert not plain.descriptor["probability_used"]
+    frame["fn_probability"] = np.where(frame["neg_index"].eq(1) & frame["qid"].eq("q1"), 0.9, 0.1)
+    done = tdx.clean(ENC_RECORDS, frame, min_probability=0.5)
+    assert ["q1", 1, "fn_probability", "removed"] in done.removed[
+        ["qid", "neg_index", "reasons", "action"]
+    ].values.tolist()
+    assert "fn_probability ≥ 0.5" in done.summary()
+    unused = tdx.clean(ENC_RECORDS, frame)
+    assert "fn_probability" not in set(unused.removed["reasons"])
+    with pytest.raises(ValueError, match="min_probability"):
+        tdx.clean(ENC_RECORDS, frame, min_probability=1.5)

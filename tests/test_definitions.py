@@ -8,6 +8,7 @@ earlier suites); the first test of each group was checked by applying that mutat
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import re
 
@@ -60,9 +61,9 @@ def at(s: float, axis: int = 1, d: int = 4) -> np.ndarray:
     return v
 
 
-def source_stream(seed: int, name: str, *extra: int) -> np.random.Generator:
-    """The documented per-source stream (seed, sha256(name)[:4] little-endian), written out here."""
-    key = int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest()[:4], "little")
+def source_stream(seed: int, qids, *extra: int) -> np.random.Generator:
+    """The documented per-source stream (seed, sha256(json of the sorted qids)[:4] little-endian)."""
+    key = int.from_bytes(hashlib.sha256(json.dumps(sorted(map(str, qids))).encode("utf-8")).digest()[:4], "little")
     return np.random.default_rng([seed, key, *extra])
 
 
@@ -553,9 +554,9 @@ def test_share_ci_is_the_ratio_bootstrap_of_the_source_stream():
     band_easy and of rho_mean equal percentile CIs of Σ num / Σ den over the seeded record resamples."""
     frame = per_record_frame("src")
     row = profile_sources(frame, seed=4, resamples=300, confidence=0.9).rows[0]
-    low, high = ratio_ci(frame["n_band_easy"], frame["n_negatives"], source_stream(4, "src"), 300, 0.9)
+    low, high = ratio_ci(frame["n_band_easy"], frame["n_negatives"], source_stream(4, frame["qid"]), 300, 0.9)
     assert (row["band_easy_ci_low"], row["band_easy_ci_high"]) == pytest.approx((low, high), abs=1e-12)
-    low, high = ratio_ci(frame["rho"], np.ones(3), source_stream(4, "src"), 300, 0.9)
+    low, high = ratio_ci(frame["rho"], np.ones(3), source_stream(4, frame["qid"]), 300, 0.9)
     assert (row["rho_ci_low"], row["rho_ci_high"]) == pytest.approx((low, high), abs=1e-12)
     assert "rho_mean_ci_low" not in row
 
@@ -769,11 +770,13 @@ def test_catch_rate_counts_and_lists():
 
 def test_false_negative_rate_is_ratio_of_sums_with_bootstrap_ci():
     """kills: `num.sum() / den.sum()` → a mean of per-record ratios, columns r[1]/r[2] swapped, the
-    stream (seed, sha256(name), 0xF1) changed: rate = Σ judged-relevant / Σ K with its percentile CI."""
+    stream (seed, sha256(qids), 0xF1) changed: rate = Σ judged-relevant / Σ K with its percentile CI."""
     rows = [("q1", 1, 4), ("q2", 0, 2), ("q3", 3, 6), ("q4", 0, 8)]
     out = false_negative_rates({"a": rows}, ["a"], seed=2, resamples=300, confidence=0.9)
     assert out["a"]["false_negative_rate"] == pytest.approx(4 / 20)
-    low, high = ratio_ci([r[1] for r in rows], [r[2] for r in rows], source_stream(2, "a", 0xF1), 300, 0.9)
+    low, high = ratio_ci(
+        [r[1] for r in rows], [r[2] for r in rows], source_stream(2, [r[0] for r in rows], 0xF1), 300, 0.9
+    )
     assert out["a"]["false_negative_rate_ci_low"] == pytest.approx(low, abs=1e-12)
     assert out["a"]["false_negative_rate_ci_high"] == pytest.approx(high, abs=1e-12)
 

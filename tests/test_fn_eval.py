@@ -21,9 +21,11 @@ from transferdx.auditing.fn_eval import (
     ALPHAS,
     DELTAS,
     evaluate_predictions,
+    expected_calibration_error,
     fn_evaluation,
     labels,
     out_of_fold,
+    platt,
     rule,
     scores,
 )
@@ -262,3 +264,31 @@ def test_shipped_coefficients_reproduce_from_dl19():
     out = subprocess.run([sys.executable, str(script), str(DATA), "--check"], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert "shipped coefficients reproduce" in out.stdout
+
+
+def test_platt_recovers_a_known_scaling_and_calibration_error_reads_it():
+    """Labels drawn from p = σ(2z − 0.5): Platt finds (2, −0.5) within sampling error, and the
+    calibration error of the true p is small while that of σ(z) is not."""
+    rng = np.random.default_rng(4)
+    z = rng.normal(size=20000)
+    p = 1 / (1 + np.exp(-(2 * z - 0.5)))
+    y = rng.uniform(size=z.size) < p
+    a, b = platt(z, y)
+    assert a == pytest.approx(2.0, abs=0.1) and b == pytest.approx(-0.5, abs=0.06)
+    assert expected_calibration_error(p, y) < 0.02 < expected_calibration_error(1 / (1 + np.exp(-z)), y)
+    assert expected_calibration_error(np.array([0.2, 0.8]), np.array([0.0, 1.0]), bins=2) == pytest.approx(0.2)
+
+
+@pytest.mark.slow
+@needs_dl19
+def test_calibration_constants_reproduce_from_dl19():
+    """PLATT_A, PLATT_B, DL19_BASE_RATE and DL19_PRECISION in suspicion.py re-derived from DL19."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+    try:
+        import fit_fn_combined
+    finally:
+        sys.path.pop(0)
+    measured = fit_fn_combined.calibrate(DATA)
+    assert fit_fn_combined.constants_match(measured), measured
+    cal = measured["calibration"]
+    assert cal["ece_calibrated"] <= cal["ece_raw"] + 1e-9

@@ -11,8 +11,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "transferdx"
 
 # The ground floor: ``inputs/`` imports only itself and the leaf utilities below it.
 GROUND = "transferdx.inputs"
-# Leaf utilities (hashing, atomic writes): they import no other transferdx module (tested).
-LEAVES = {"transferdx.artifacts"}
+# Leaf utilities (hashing, atomic writes, notebook display): they import no other transferdx module (tested).
+LEAVES = {"transferdx.artifacts", "transferdx.display"}
 
 
 def module_names(package: Path = PACKAGE) -> dict[str, Path]:

@@ -1,5 +1,6 @@
-"""The README stays true as written: its cheap commands (demo scale or lexical) run when pasted into
-bash, and overrides it documents parse the way bash hands them to Hydra."""
+"""The README and the docs pages stay true as written: their cheap commands (demo scale or lexical)
+run when pasted into bash, the README's user path (mine → audit → clean → train) runs end to end,
+its links point at files that exist, and overrides they document parse the way bash hands them to Hydra."""
 
 from __future__ import annotations
 
@@ -22,8 +23,12 @@ from .conftest import REPO
 CHEAP = re.compile(r"transferdx-(audit|build) .*(data=msmarco_dl19(?!_pool)|data=demo_pool|tokenizer=)")
 
 
+# The pages whose commands are tested: the README and the docs site (docs/design.md holds no commands).
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
 def readme_commands() -> list[str]:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    text = "\n".join(page.read_text(encoding="utf-8") for page in PAGES)
     lines = []
     for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
         for line in block.splitlines():
@@ -92,8 +97,32 @@ def test_backbone_model_alone_infers_the_source(tmp_path):
         config.encoder_spec(overrides("backbone.model=no_such_model_package"))
 
 
-def mining_section() -> tuple[str, list[str], str]:
+def test_readme_links_exist():
+    """Every relative link of the README names a file or folder of the repository (the docs site's
+    own links are checked by its strict build, ``make docs``)."""
     text = (REPO / "README.md").read_text(encoding="utf-8")
+    links = [t.split("#", 1)[0] for t in re.findall(r"\]\(([^)\s]+)\)", text) if "://" not in t]
+    assert len(links) >= 5 and "docs/index.md" in links
+    assert [t for t in links if not (REPO / t).exists()] == []
+
+
+def readme_path_commands() -> list[str]:
+    """The README's commands from "Audit your mined file" to "Train", in order."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    path = text.split("## Audit your mined file", 1)[1].split("\n## More", 1)[0]
+    blocks = re.findall(r"```bash\n(.*?)```", path, flags=re.S)
+    return [line.split("  #", 1)[0].strip() for block in blocks for line in block.splitlines() if line.strip()]
+
+
+def test_readme_path_is_audit_clean_train():
+    verbs = [command.split()[0].removeprefix(".venv/bin/") for command in readme_path_commands()]
+    assert verbs == ["transferdx-audit", "transferdx-clean", "transferdx-train"]
+    _, docs_commands, _ = mining_section()
+    assert readme_path_commands()[0] in docs_commands  # the docs' mining example audits the same file
+
+
+def mining_section() -> tuple[str, list[str], str]:
+    text = (REPO / "docs" / "inputs.md").read_text(encoding="utf-8")
     section = text.split("## Audit negatives you mined with sentence-transformers", 1)[1].split("\n## ", 1)[0]
     python = re.findall(r"```python\n(.*?)```", section, flags=re.S)
     bash = re.findall(r"```bash\n(.*?)```", section, flags=re.S)[0]
@@ -103,8 +132,9 @@ def mining_section() -> tuple[str, list[str], str]:
 
 @pytest.mark.slow
 def test_readme_mining_section_runs_from_mining_to_verdict(tmp_path):
-    """Mine with the real ``mine_hard_negatives``, save as Parquet, audit with the CLI as written, then
-    read the verdict and the suspects from Python: a new user's path, end to end."""
+    """Mine with the real ``mine_hard_negatives`` (docs/inputs.md), save as Parquet, audit with the CLI
+    as written, read the verdict and the suspects from Python, then clean and train (two steps) with the
+    README's commands: a new user's path, end to end."""
     mine, commands, read = mining_section()
     (tmp_path / "mine.py").write_text(mine, encoding="utf-8")
     bin_dir = Path(sys.executable).parent
@@ -124,3 +154,12 @@ def test_readme_mining_section_runs_from_mining_to_verdict(tmp_path):
         exec(compile("import transferdx as tdx\n" + read, "README.md:mining", "exec"), {})
     finally:
         os.chdir(old)
+    extra = {"transferdx-clean": " bootstrap.resamples=20", "transferdx-train": " training.max_steps=2"}
+    for command in readme_path_commands()[1:]:
+        verb = command.split()[0].removeprefix(".venv/bin/")
+        line = command.replace(".venv/bin/", f"{bin_dir}/") + extra[verb] + f" hydra.run.dir={tmp_path / 'run'}"
+        line += f" paths.artifact_dir={tmp_path / 'artifacts'}"
+        proc = subprocess.run(["bash", "-c", line], cwd=tmp_path, capture_output=True, text=True, env=env)
+        assert proc.returncode == 0, f"{command}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+    assert (tmp_path / "outputs/clean/cleaned/mined.parquet").is_file()
+    assert "trained:" in proc.stdout

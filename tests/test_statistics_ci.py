@@ -7,6 +7,7 @@ Every test names in its docstring one wrong implementation it catches (each was 
 from __future__ import annotations
 
 import hashlib
+import json
 
 import numpy as np
 import pytest
@@ -43,9 +44,10 @@ class HashEncoder:
         return {"encoder": "hash", "dim": self.dim}
 
 
-def source_stream(seed: int, name: str) -> np.random.Generator:
-    """The documented per-source stream, (seed, sha256(source name)), written out independently."""
-    return np.random.default_rng([seed, int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "little")])
+def source_stream(seed: int, qids) -> np.random.Generator:
+    """The documented per-source stream, (seed, sha256 of its sorted qids), written out independently."""
+    key = hashlib.sha256(json.dumps(sorted(map(str, qids))).encode()).digest()[:4]
+    return np.random.default_rng([seed, int.from_bytes(key, "little")])
 
 
 def plain_resamples(n: int, rng: np.random.Generator, resamples: int) -> list[np.ndarray]:
@@ -277,7 +279,7 @@ def test_margin_quantile_cis_in_the_profile_follow_the_source_stream(audited):
     recs = audited.records
     for name in ("a", "b"):
         margins = recs.loc[recs["source"] == name, "margin"].to_numpy()
-        picks = plain_resamples(len(margins), source_stream(4, name), 300)
+        picks = plain_resamples(len(margins), source_stream(4, recs.loc[recs["source"] == name, "qid"]), 300)
         for col, q in QUANTILES.items():
             low, high = plain_ci([float(np.quantile(margins[pick], q)) for pick in picks], 0.8)
             row = frame.loc[name]
@@ -310,7 +312,8 @@ def test_composite_cis_in_the_profile_resample_the_sources_records(audited):
         e_q, e_p, e_n, w, owner = source_inputs(audited, _loaded(), name, HashEncoder())
         qids = np.unique(owner)
         point = composite(e_q, e_p, e_n, w)
-        ref = loop_composites(e_q, e_p, e_n, w, owner, plain_resamples(len(qids), source_stream(4, name), 300))
+        stream = source_stream(4, audited.records.loc[audited.records["source"] == name, "qid"])
+        ref = loop_composites(e_q, e_p, e_n, w, owner, plain_resamples(len(qids), stream, 300))
         row = frame.loc[name]
         for f in FORMS:
             col = f"composite_{f}"

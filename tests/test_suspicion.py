@@ -22,7 +22,10 @@ from transferdx.auditing.profiles import (
     profile_sources,
 )
 from transferdx.auditing.report import FILES, write_audit
+from transferdx.diagnostics.fn_combined import features, load_combined
 from transferdx.diagnostics.suspicion import (
+    PLATT_A,
+    PLATT_B,
     SuspicionInputs,
     SuspicionSettings,
     duplicate_negative,
@@ -180,7 +183,7 @@ def test_audit_reasons_counts_and_rates_with_ci():
     sub = result.records[result.records["source"] == "g1"]
     num = sub[[s.num for s in SUSPICION_STATS]].to_numpy(dtype=float)
     den = sub[[s.den for s in SUSPICION_STATS]].to_numpy(dtype=float)
-    low, high = bootstrap_ratios(num, den, bootstrap_rng(3, "g1"), 200)
+    low, high = bootstrap_ratios(num, den, bootstrap_rng(3, sub["qid"]), 200)
     for j, stat in enumerate(SUSPICION_STATS):
         assert stat.name.endswith("_rate") and stat.ci_prefix == stat.name
         # the combined rule is not checked under the default rule=positive_aware: NaN, not 0
@@ -272,9 +275,11 @@ def test_suspects_csv_order_content_and_bytes(tmp_path):
     frame = pd.read_csv(paths["suspects"], keep_default_na=False)
     assert list(frame.columns[:4]) == ["source", "kind", "qid", "neg_index"]
     order = list(zip(frame["source"], frame["qid"], frame["neg_index"], strict=True))
-    # scores s(q,n) − 0.95·s(q,p): c1 "hi" 0.23, c1 copies of p 0.04 (twice), g1/q2 0.02, the tie 0,
-    # the variant of p −0.56, the repeated id −0.66
-    assert order == [
+    # ranked by fn_probability (descending), then s(q,n) − 0.95·s(q,p), then source, qid, neg_index
+    prob, score = frame["fn_probability"].to_numpy(), frame["score"].to_numpy()
+    keys = [(-p, -sc, src, q, k) for p, sc, (src, q, k) in zip(prob, score, order, strict=True)]
+    assert keys == sorted(keys) and len(set(order)) == 7
+    assert set(order) == {
         ("c1", "q1", 2),
         ("c1", "q1", 0),
         ("c1", "q1", 1),
@@ -282,16 +287,35 @@ def test_suspects_csv_order_content_and_bytes(tmp_path):
         ("g1", "q1", 0),
         ("g1", "q1", 1),
         ("g1", "q1", 2),
-    ]
-    scores = frame["score"].to_numpy()
-    assert np.all(np.diff(scores) <= 1e-12)
-    np.testing.assert_allclose(scores, frame["s_qn"] - 0.95 * frame["s_qp"])
-    assert (frame.iloc[0]["negative"], frame.iloc[0]["neg_id"], frame.iloc[0]["reasons"]) == (
-        "hi",
-        "h",
-        "positive_aware",
+    }
+    # c1's two copies of p have the same scores, so the same probability: the tie-break keeps neg_index order
+    copies = [k for src, q, k in order if src == "c1" and k in (0, 1)]
+    assert copies == [0, 1]
+    # fn_probability is σ(a·z + b) of the shipped detector's logit, recomputed here from the negatives table
+    neg = result.negatives
+    s_qp = result.records.set_index(["source", "qid"])["s_qp"]
+    x = features(
+        pd.DataFrame(
+            {
+                "s_qp": [s_qp[(a, b)] for a, b in zip(neg["source"], neg["qid"], strict=True)],
+                "s_qn": neg["s_qn"],
+                "s_pn": neg["s_pn"],
+                "coverage": neg["coverage"],
+                "position": neg["neg_index"],
+            }
+        )
     )
-    copy = frame.iloc[1]
+    p = load_combined().probability(x)
+    z = np.log(p / (1 - p))
+    expected = 1 / (1 + np.exp(-(PLATT_A * z + PLATT_B)))
+    np.testing.assert_allclose(neg["fn_probability"].to_numpy(dtype=float), expected, rtol=1e-9)
+    assert ((0 < expected) & (expected < 1)).all()
+    scores = frame["score"].to_numpy()
+    np.testing.assert_allclose(scores, frame["s_qn"] - 0.95 * frame["s_qp"])
+    at = frame.set_index(["source", "qid", "neg_index"])
+    hi = at.loc[("c1", "q1", 2)]
+    assert (hi["negative"], hi["neg_id"], hi["reasons"]) == ("hi", "h", "positive_aware")
+    copy = frame.iloc[0]  # a copy of the positive (s(p0,n) = 1) is the most probable false negative
     assert (copy["query"], copy["positive"], copy["negative"]) == ("query q1", "positive q1", "positive q1")
     assert copy["neg_id"] == "w" and copy["reasons"] == "positive_aware;duplicate_positive;near_duplicate_positive"
     assert copy["s_pn"] == pytest.approx(1.0) and copy["s_qp"] == copy["s_qn"] == pytest.approx(0.8)
@@ -359,7 +383,7 @@ def test_demo_no_genuine_flagged_and_own_positive_mix_is_separable(demo_all_cont
     frame = demo_all_controls.profile.set_index("source")
     genuine = frame[frame["kind"] == "genuine"]
     assert frame.loc["own_positive_mix", "duplicate_positive_rate"] >= 0.5 > genuine["duplicate_positive_rate"].max()
-    assert (demo_all_controls.suspects["source"] == "own_positive_mix").sum() >= 0.5 * frame.loc[
+    assert (demo_all_controls.suspects_of("control")["source"] == "own_positive_mix").sum() >= 0.5 * frame.loc[
         "own_positive_mix", "n_negatives"
     ]
 

@@ -1,10 +1,12 @@
 """transferdx: audit hard-negative sources for dense-retriever training before training on them.
 
     import transferdx as tdx
-    records = tdx.load("mined.jsonl")                 # or a DataFrame / datasets.Dataset / "demo"
+    records = tdx.load("mined.jsonl")                 # or [paths], a DataFrame / datasets.Dataset / "demo"
     result = tdx.audit(records)                       # lexical ψ + frozen-encoder diagnostics
-    result.profile, result.flags, result.negatives    # DataFrames
-    result.save("out/audit")                          # report.md, CSVs, plots
+    result                                            # in a notebook: the verdict and a compact profile
+    result.profile, result.flags, result.suspects     # DataFrames (suspects, negatives: your own sources';
+    result.suspects_of("control")                     #   the controls' on request)
+    result.save("out/audit")                          # report.md, CSVs (every source), plots
     tdx.clean("mined.jsonl", result, out="out/clean")  # suspected false negatives removed
 
 Definitions: docs/design.md. The command-line tools (``transferdx-audit`` …) call these verbs.

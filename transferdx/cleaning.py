@@ -1,10 +1,21 @@
-"""Fix suspected false negatives (design §3.9): a copy of the records with the negatives the audit
-suspects removed, or moved to the positives (``relabel``, as RLHN does).
+"""Fix suspected false negatives (design §3.9): a copy of the input, in its own shape and file
+format, with the negatives the audit suspects removed, or moved to the positives (``relabel``, as
+RLHN does).
+
+**What is acted on.** By default only the reasons whose measured precision is high
+(:data:`DEFAULT_REASONS`: copies and near-copies of a positive) and, when the audit's per-negative
+frame has the calibrated ``fn_probability`` column and ``min_probability`` is given, negatives with
+``fn_probability ≥ min_probability`` (reason ``fn_probability``). The other reasons
+(``positive_aware``, ``combined``, ``duplicate_negative``) are listed for review (the ``review``
+table), not removed, unless asked for (``reasons=[...]``).
 
 The core, :func:`clean_records`, is pure: records and the audit's per-negative frame (``source``,
-``qid``, ``neg_index``, ``fn_<reason>``, ``fn_reasons``) in; cleaned records, the removed table and
-the emptied records out. The verb, :func:`transferdx.pipeline.clean`, loads, audits when no audit is
-given, cleans and, with ``out``, writes the copy (:meth:`CleanResult.save`).
+``qid``, ``neg_index``, ``fn_<reason>``, ``fn_reasons``, optionally ``fn_probability``) in; one
+:class:`~transferdx.inputs.registry.CleanedQuery` per record (none dropped), the removed table and
+the emptied table out. The verb, :func:`transferdx.pipeline.clean`, loads, audits when no audit is
+given, cleans, rewrites the input's own tables through each family's writer
+(:func:`transferdx.inputs.registry.rewrite`) and, with ``out``, writes the copy
+(:meth:`CleanResult.save`).
 
 ``relabel`` moves a negative to the positives (after the existing ones, so p0 stays the reference
 positive; ``relation`` becomes :data:`RELABELED_RELATION`) only when one of the reasons that say it
@@ -13,8 +24,13 @@ Otherwise it is removed: a copy of a positive (``duplicate_positive``) or a repe
 negative (``duplicate_negative``) adds nothing as a positive. A negative left with the normalised
 text of a relabeled one would copy a positive, so it is removed too (reason ``duplicate_positive``).
 
-A record left without negatives cannot be written (the records format needs one): it is left out of
-the copy and listed in ``emptied.csv``, counted in the summary and in ``clean.json``.
+**A query left without negatives is kept** (never dropped) and listed in ``emptied.csv``: where the
+shape allows a query without negatives (labeled pairs) its positive rows stay; where every row or
+record needs a negative (triplet, n-tuple, FlagEmbedding, records) it *borrows* the kept negatives
+of the next query of its source in input order (cyclically; marked ``borrowed_negative`` in the
+records view) — what a trainer with in-batch negatives would pair it with anyway. Only when no query
+of the source keeps a negative is it not written (``fallback`` says so). Rows that lost negatives
+follow :func:`transferdx.inputs.registry.fill_slots`; every changed row is in ``rows.csv``.
 """
 
 from __future__ import annotations
@@ -25,40 +41,111 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
+from transferdx import display
 from transferdx.artifacts import atomic_write_text, canonical_json, csv_text, safe_join
 from transferdx.auditing.report import exclusions_frame
 from transferdx.auditing.result import Audit
-from transferdx.diagnostics.suspicion import REASONS, normalise_text
+from transferdx.diagnostics.suspicion import ENCODER_REASONS, REASONS, RULES, normalise_text
 from transferdx.inputs.records import LoadResult, Passage, Record
+from transferdx.inputs.registry import BORROWED_RELATION, CleanedQuery, Rewritten
+from transferdx.inputs.tables import rows_dataset, write_rows
 from transferdx.inputs.transferdx_records import write_records, write_source_folder
 
 ACTIONS = ("remove", "relabel")
 RELABELED_RELATION = "relabeled_false_negative"
+# high measured precision: acted on by default (the rest is for review)
+DEFAULT_REASONS = ("duplicate_positive", "near_duplicate_positive")
+PROBABILITY_REASON = "fn_probability"  # fn_probability ≥ min_probability (when the column exists)
 # the reasons that say a negative answers the query (the others say it copies a passage)
-RELABEL_REASONS = frozenset({"positive_aware", "combined", "near_duplicate_positive"})
+RELABEL_REASONS = frozenset({"positive_aware", "combined", "near_duplicate_positive", PROBABILITY_REASON})
 REMOVED_COLUMNS = ["source", "qid", "neg_index", "neg_id", "negative", "reasons", "action"]
-EMPTIED_COLUMNS = ["source", "qid", "n_negatives", "n_removed", "n_relabeled"]
+REVIEW_COLUMNS = ["source", "qid", "neg_index", "neg_id", "negative", "reasons", "fn_probability"]
+EMPTIED_COLUMNS = ["source", "qid", "n_negatives", "n_removed", "n_relabeled", "fallback"]
+ROWS_COLUMNS = ["file", "line", "qid", "change", "n_lost", "detail"]
 COPY_DIR = "cleaned"  # the copy, apart from the tables (a folder is read whole, CSV included)
-FILES = {"removed": "removed.csv", "emptied": "emptied.csv", "descriptor": "clean.json"}
+FILES = {
+    "removed": "removed.csv",
+    "emptied": "emptied.csv",
+    "review": "review.csv",
+    "rows": "rows.csv",
+    "descriptor": "clean.json",
+}
+
+
+def checked_reasons(suspicion: pd.DataFrame) -> list[str]:
+    """The reasons the audit checked (a column with no NA)."""
+    return [r for r in REASONS if f"fn_{r}" in suspicion.columns and not suspicion[f"fn_{r}"].isna().any()]
 
 
 def reasons_of(suspicion: pd.DataFrame, reasons: Sequence[str] | None) -> tuple[str, ...]:
-    """The reasons to act on (all that were checked when ``reasons`` is None), validated: a reason
+    """The reasons to act on (None: :data:`DEFAULT_REASONS` the audit checked), validated: a reason
     the audit could not check (an encoder reason of a lexical audit) is an error, never a no-op."""
-    checked = [r for r in REASONS if f"fn_{r}" in suspicion.columns and not suspicion[f"fn_{r}"].isna().any()]
+    checked = checked_reasons(suspicion)
     if reasons is None:
-        return tuple(checked)
+        return tuple(r for r in DEFAULT_REASONS if r in checked)
     unknown = [r for r in reasons if r not in REASONS]
     if unknown:
         raise ValueError(f"unknown suspicion reason(s) {unknown}; valid: {list(REASONS)}")
     unchecked = [r for r in reasons if r not in checked]
     if unchecked:
         raise ValueError(
-            f"reason(s) {unchecked} were not checked by the audit (they need the encoder); checked: {checked}"
+            f"reason(s) {unchecked} were not checked by the audit (they need the encoder, or the other "
+            f"score rule); checked: {checked}"
         )
     return tuple(r for r in REASONS if r in reasons)
+
+
+def _probabilities(suspicion: pd.DataFrame) -> np.ndarray | None:
+    if PROBABILITY_REASON not in suspicion.columns:
+        return None
+    return pd.to_numeric(suspicion[PROBABILITY_REASON], errors="coerce").to_numpy(dtype=np.float64)
+
+
+def _held(
+    suspicion: pd.DataFrame, chosen: set[str], min_probability: float | None
+) -> tuple[dict[tuple[str, str], dict[int, list[str]]], dict[tuple[str, str], int]]:
+    """(source, qid) → negative index → the chosen reasons that hold; and negatives per record."""
+    fn_reasons = suspicion["fn_reasons"].fillna("").astype(str)
+    probs = _probabilities(suspicion) if min_probability is not None else None
+    hits: dict[tuple[str, str], dict[int, list[str]]] = {}
+    seen: dict[tuple[str, str], int] = {}
+    for i, (src, qid, k, joined) in enumerate(
+        zip(suspicion["source"], suspicion["qid"], suspicion["neg_index"], fn_reasons, strict=True)
+    ):
+        key = (str(src), str(qid))
+        seen[key] = seen.get(key, 0) + 1
+        held = [r for r in joined.split(";") if r in chosen]
+        if probs is not None and min_probability is not None and probs[i] >= min_probability:
+            held.append(PROBABILITY_REASON)
+        if held:
+            hits.setdefault(key, {})[int(k)] = held
+    return hits, seen
+
+
+def review_table(records: Sequence[Record], suspicion: pd.DataFrame, removed: pd.DataFrame) -> pd.DataFrame:
+    """The suspects not acted on (any reason held, the negative not in ``removed``): for review."""
+    done = {
+        (str(s), str(q), int(k))
+        for s, q, k in zip(removed["source"], removed["qid"], removed["neg_index"], strict=True)
+    }
+    texts = {(r.source, r.qid): r.negatives for r in records}
+    probs = _probabilities(suspicion)
+    rows = []
+    joined = suspicion["fn_reasons"].fillna("").astype(str).tolist()
+    for i, (src, qid, k) in enumerate(zip(suspicion["source"], suspicion["qid"], suspicion["neg_index"], strict=True)):
+        key = (str(src), str(qid), int(k))
+        if not joined[i] or key in done or (key[0], key[1]) not in texts:
+            continue
+        neg = texts[(key[0], key[1])][key[2]]
+        p = None if probs is None or np.isnan(probs[i]) else float(probs[i])
+        rows.append((key[0], key[1], key[2], neg.id, neg.text, joined[i], p))
+    frame = pd.DataFrame(rows, columns=REVIEW_COLUMNS)
+    if probs is not None and len(frame):
+        frame = frame.sort_values("fn_probability", ascending=False, kind="stable").reset_index(drop=True)
+    return frame
 
 
 def clean_records(
@@ -67,28 +154,21 @@ def clean_records(
     *,
     reasons: Sequence[str] | None = None,
     action: str = "remove",
-) -> tuple[list[Record], pd.DataFrame, pd.DataFrame]:
-    """(cleaned records in input order, removed table, emptied table). ``suspicion`` has a row per
-    negative of every record (the audit's ``negatives`` frame or ``negatives.csv``); ``reasons``:
-    the reasons to act on (None: every reason the audit checked). Records without a negative left
-    are not in the cleaned list; they are the rows of the emptied table."""
+    min_probability: float | None = None,
+) -> tuple[list[CleanedQuery], pd.DataFrame, pd.DataFrame]:
+    """(one cleaned query per record, in input order; removed table; emptied table). ``suspicion``
+    has a row per negative of every record (the audit's ``negatives`` frame or ``negatives.csv``);
+    ``reasons``: the reasons to act on (None: :data:`DEFAULT_REASONS`); ``min_probability``: also
+    act on ``fn_probability ≥`` it (ignored when the frame has no such column). A record left
+    without negatives is kept, borrowing the next record's (see the module docstring)."""
     if action not in ACTIONS:
         raise ValueError(f"clean action must be one of {ACTIONS}, got {action!r}")
+    if min_probability is not None and not 0.0 <= float(min_probability) <= 1.0:
+        raise ValueError(f"clean min_probability must be in [0, 1] or null, got {min_probability!r}")
     chosen = set(reasons_of(suspicion, reasons))
-    fn_reasons = suspicion["fn_reasons"].fillna("").astype(str)
-    hits: dict[tuple[str, str], dict[int, list[str]]] = {}
-    seen: dict[tuple[str, str], int] = {}
-    for src, qid, k, joined in zip(
-        suspicion["source"], suspicion["qid"], suspicion["neg_index"], fn_reasons, strict=True
-    ):
-        key = (str(src), str(qid))
-        seen[key] = seen.get(key, 0) + 1
-        held = [r for r in joined.split(";") if r in chosen]
-        if held:
-            hits.setdefault(key, {})[int(k)] = held
-    cleaned: list[Record] = []
+    hits, seen = _held(suspicion, chosen, min_probability)
+    cleaned: list[tuple[Record, tuple[Passage, ...]]] = []
     removed: list[tuple[Any, ...]] = []
-    emptied: list[tuple[Any, ...]] = []
     for rec in records:
         key = (rec.source, rec.qid)
         if seen.get(key) != len(rec.negatives):
@@ -98,12 +178,51 @@ def clean_records(
             )
         new, rows = _clean_one(rec, hits.get(key, {}), action)
         removed.extend(rows)
-        if new.negatives:
-            cleaned.append(new)
-        else:
-            n_relabeled = sum(1 for r in rows if r[-1] == "relabeled")
-            emptied.append((rec.source, rec.qid, len(rec.negatives), len(rows) - n_relabeled, n_relabeled))
-    return cleaned, pd.DataFrame(removed, columns=REMOVED_COLUMNS), pd.DataFrame(emptied, columns=EMPTIED_COLUMNS)
+        cleaned.append((new, tuple(new.positives[len(rec.positives) :])))
+    queries = _borrow(cleaned)
+    emptied = []
+    for (rec, _), q, before in zip(cleaned, queries, records, strict=True):
+        if rec.negatives:
+            continue
+        n_relabeled = sum(1 for r in removed if (r[0], r[1]) == (rec.source, rec.qid) and r[-1] == "relabeled")
+        n_all = len(before.negatives)
+        emptied.append((rec.source, rec.qid, n_all, n_all - n_relabeled, n_relabeled, _fallback(q)))
+    return (
+        queries,
+        pd.DataFrame(removed, columns=REMOVED_COLUMNS),
+        pd.DataFrame(emptied, columns=EMPTIED_COLUMNS),
+    )
+
+
+def _borrow(cleaned: Sequence[tuple[Record, tuple[Passage, ...]]]) -> list[CleanedQuery]:
+    """Each record with no negative left borrows the kept negatives of the next record of its source
+    (input order, cyclically), marked :data:`BORROWED_RELATION`."""
+    order: dict[str, list[int]] = {}
+    for i, (rec, _) in enumerate(cleaned):
+        order.setdefault(rec.source, []).append(i)
+    out = []
+    for i, (rec, added) in enumerate(cleaned):
+        borrowed: tuple[Passage, ...] = ()
+        if not rec.negatives:
+            idx = order[rec.source]
+            at = idx.index(i)
+            for j in idx[at + 1 :] + idx[:at]:
+                lender = cleaned[j][0]
+                if lender.negatives:
+                    borrowed = tuple(
+                        dataclasses.replace(n, relation=BORROWED_RELATION, method=f"borrowed from {lender.qid}")
+                        for n in lender.negatives
+                    )
+                    break
+        out.append(CleanedQuery(rec, added, borrowed))
+    return out
+
+
+def _fallback(query: CleanedQuery) -> str:
+    if query.borrowed:
+        lender = query.borrowed[0].method
+        return f"borrowed {len(query.borrowed)} negatives ({lender}); positives-only where the shape allows"
+    return "no query of the source keeps a negative: positives-only where the shape allows, else not written"
 
 
 def _clean_one(rec: Record, held: Mapping[int, list[str]], action: str) -> tuple[Record, list[tuple[Any, ...]]]:
@@ -136,59 +255,156 @@ def _clean_one(rec: Record, held: Mapping[int, list[str]], action: str) -> tuple
 
 
 @dataclass(frozen=True)
+class CopyTable:
+    """One table of the cleaned copy, in the input's shape: ``name`` (under ``cleaned/``), ``form``
+    (:func:`~transferdx.inputs.tables.storage_form`, or ``DataFrame`` / ``Dataset`` in memory),
+    ``like`` (the input file, whose schema is kept), ``split`` (of a ``DatasetDict``) and the rows."""
+
+    name: str
+    form: str
+    rewritten: Rewritten
+    like: Path | None = None
+    split: str | None = None
+    n_rows_in: int = 0  # the input table's rows (unreadable ones included)
+    n_unreadable: int = 0  # rows that could not be read at all (in the exclusion log)
+
+    def save_form(self) -> str:
+        return {"DataFrame": "parquet", "Dataset": "save_to_disk"}.get(self.form, self.form)
+
+    def dataset(self) -> Any:
+        r = self.rewritten
+        return rows_dataset(r.columns, r.rows, self.save_form(), self.like, self.split)
+
+
+@dataclass(frozen=True)
 class CleanResult:
-    """What :func:`transferdx.pipeline.clean` did: the cleaned records (``loaded``), the ``removed`` and ``emptied``
-    tables, and ``descriptor`` (what ``clean.json`` holds: action, reasons, counts, output format
-    and whether it is the input's own)."""
+    """What :func:`transferdx.pipeline.clean` did: the cleaned records (``loaded``: the records
+    view, emptied ones with their borrowed negatives), the ``removed``, ``emptied``, ``review``
+    (suspects not acted on) and ``rows`` (each changed row) tables, ``tables`` (the copy in the
+    input's own shape, when it could be written so) and ``descriptor`` (what ``clean.json`` holds)."""
 
     loaded: LoadResult
     removed: pd.DataFrame
     emptied: pd.DataFrame
     descriptor: Mapping[str, Any]
     audit: Audit | None = field(default=None, repr=False)
+    review: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=REVIEW_COLUMNS), repr=False)
+    rows: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=ROWS_COLUMNS), repr=False)
+    tables: tuple[CopyTable, ...] = field(default=(), repr=False)
 
     @property
     def records(self) -> list[Record]:
         return self.loaded.records
 
+    def __repr__(self) -> str:  # a few lines (transferdx.display), not every record
+        return display.clean_repr(self.summary())
+
+    def _repr_markdown_(self) -> str:
+        return display.clean_markdown(self.summary(), self.removed)
+
+    def to_dataset(self) -> Any:
+        """The cleaned copy as a ``datasets.Dataset`` in the input's shape (columns, order, types);
+        several input tables with the same columns are concatenated; records in memory give the
+        records shape (``qid, query, positives, negatives, source, kind``)."""
+        import datasets
+
+        if not self.tables:
+            return datasets.Dataset.from_list([r.to_dict() for r in self.records])
+        parts = [t.dataset() for t in self.tables]
+        if len({tuple(p.column_names) for p in parts}) > 1:
+            raise ValueError("the input's tables have different columns: take them one by one (result.tables)")
+        return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
+
     def summary(self) -> str:
         d = self.descriptor
-        unchecked = [r for r in REASONS if r not in d["reasons_checked"]]
+        acted = list(d["reasons"]) + ([f"fn_probability ≥ {d['min_probability']}"] if d.get("probability_used") else [])
         lines = [
-            f"{d['action']} on {', '.join(d['reasons']) or '(no reason)'}: {d['n_removed']} negatives removed, "
+            f"{d['action']} on {', '.join(acted) or '(no reason)'}: {d['n_removed']} negatives removed, "
             f"{d['n_relabeled']} relabeled as positives, of {d['n_negatives_in']} in {d['n_records_in']} records",
-            *([f"not checked (no encoder): {', '.join(unchecked)}"] if unchecked else []),
-            f"{d['n_emptied']} records left without negatives (not written; listed in emptied.csv)",
+            f"checked: {', '.join(d['reasons_checked']) or '(none)'}",
+            *[f"not checked: {r} ({why})" for r, why in d["reasons_unchecked"].items()],
         ]
+        if len(self.review):
+            lines.append(f"{len(self.review)} other suspects listed for review, not removed (review.csv)")
+        lines.append(
+            f"{d['n_emptied']} records left without negatives, kept (emptied.csv: "
+            f"{d['n_borrowed']} borrow the next query's negatives, {d['n_emptied'] - d['n_borrowed']} positives-only "
+            "where the shape allows)"
+        )
         lines += [f"  emptied: {row.source}/{row.qid}" for row in self.emptied.head(20).itertuples()]
         if len(self.emptied) > 20:
             lines.append(f"  … and {len(self.emptied) - 20} more")
         if d["n_excluded"]:
             lines.append(f"{d['n_excluded']} input items excluded on reading (exclusions.csv)")
+        rows = d.get("rows")
+        if rows:
+            changed = ", ".join(f"{v} {k}" for k, v in rows["by_change"].items()) or "none changed"
+            lines.append(
+                f"rows: {rows['read']} read = {rows['written']} written + {rows['excluded_on_read']} excluded on "
+                f"reading + {rows['dropped']} dropped − {rows['added']} added; {rows['lost_negatives']} rows lost "
+                f"negatives ({changed}; rows.csv)"
+            )
         lines.append(f"{d['n_records_out']} records written to {COPY_DIR}/ as {d['output_format']}")
         if not d["faithful"]:
             lines.append(f"note: {d['note']}")
         return "\n".join(lines)
 
     def save(self, folder: str | Path) -> list[Path]:
-        """Write the cleaned copy into ``folder/cleaned/`` (a records file named as the input's, or
-        one ``<source>.jsonl`` per source with sidecars: what ``transferdx-audit input=`` reads) and
-        ``removed.csv``, ``emptied.csv``, ``exclusions.csv``, ``clean.json`` next to it; returns the
-        paths written."""
+        """Write the cleaned copy into ``folder/cleaned/`` (each input table under its own name, in
+        its own form and shape; records in memory as one ``<source>.jsonl`` per source with sidecars)
+        and ``removed.csv``, ``emptied.csv``, ``review.csv``, ``rows.csv``, ``exclusions.csv``,
+        ``clean.json`` next to it; returns the paths written."""
         folder = Path(folder)
         copy = safe_join(folder, COPY_DIR)
+        written: list[Path] = []
         name = self.descriptor.get("file_name")
-        if name:
+        if self.tables:
+            for t in self.tables:
+                r = t.rewritten
+                written.append(write_rows(r.columns, r.rows, safe_join(copy, t.name), t.save_form(), t.like, t.split))
+            if self.descriptor.get("input_is_folder"):
+                written += _sidecars(self.loaded, copy)
+        elif name:
             path = safe_join(copy, str(name))
             write_records(self.loaded.records, path)
             written = [path]
         else:
             written = write_source_folder(self.loaded, copy)
-        for key, frame in (("removed", self.removed), ("emptied", self.emptied)):
+        for key, frame in (("removed", self.removed), ("emptied", self.emptied), ("review", self.review)):
             written.append(safe_join(folder, FILES[key]))
             atomic_write_text(written[-1], csv_text(frame))
+        written.append(safe_join(folder, FILES["rows"]))
+        atomic_write_text(written[-1], csv_text(self.rows))
         written.append(safe_join(folder, "exclusions.csv"))
         atomic_write_text(written[-1], csv_text(exclusions_frame(tuple(self.loaded.exclusions))))
         written.append(safe_join(folder, FILES["descriptor"]))
         atomic_write_text(written[-1], canonical_json(dict(self.descriptor)))
         return written
+
+
+def _sidecars(loaded: LoadResult, folder: Path) -> list[Path]:
+    """``descriptors.json`` and ``false_negatives.json`` of a folder copy (read back with it)."""
+    from transferdx.inputs.reading import SIDECARS
+
+    paths = [safe_join(folder, SIDECARS["descriptors"]), safe_join(folder, SIDECARS["false_negatives"])]
+    atomic_write_text(paths[0], canonical_json(loaded.descriptors))
+    fn = {s: [list(row) for row in rows] for s, rows in loaded.false_negatives.items()}
+    atomic_write_text(paths[1], canonical_json(fn))
+    return paths
+
+
+def unchecked_why(checked: Sequence[str]) -> dict[str, str]:
+    """Each reason the audit did not check, and why: no encoder ran, or the other score rule was chosen."""
+    encoder_ran = bool(ENCODER_REASONS.intersection(checked))
+    rule = next((r for r in RULES if r in checked), None)
+    out = {}
+    for r in REASONS:
+        if r in checked:
+            continue
+        if not encoder_ran and r in ENCODER_REASONS:
+            out[r] = "no encoder"
+        elif r in RULES and rule is not None:
+            out[r] = f"the audit's score rule is {rule}"
+        else:
+            out[r] = "not in the audit's frame"
+    return out

@@ -343,6 +343,7 @@ def clean_call(cfg: DictConfig) -> dict[str, Any]:
         "records": input_path(cfg),
         "reasons": reasons,
         "action": str(cfg.clean.action),
+        "min_probability": None if cfg.clean.get("min_probability") is None else float(cfg.clean.min_probability),
         "out": Path(cfg.output_dir),
         "options": options,
         "encoder": encoder,

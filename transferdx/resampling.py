@@ -6,9 +6,10 @@ composites in ``diagnostics/composite``, detector precision/recall in ``auditing
 transfer orderings in ``analysis/agreement``, transfer T in ``analysis/validation``).
 
 - **Streams.** A bootstrap draws from ``numpy.random.default_rng([seed, *keys])``
-  (:func:`bootstrap_stream`); a source's stream adds a 32-bit key from sha256(source name)
-  (:func:`bootstrap_rng`), so adding a source changes no other source's draws, and a caller that
-  needs a stream of its own adds a constant key.
+  (:func:`bootstrap_stream`); a source's stream adds a 32-bit key from the sha256 of its records'
+  qids in sorted order (:func:`records_key`, :func:`bootstrap_rng`), never from its name: the same
+  records under two file names get the same intervals, adding a source changes no other source's
+  draws, and a caller that needs a stream of its own adds a constant key.
 - **Draws.** Resample b of n units is ``rng.integers(0, n, n)`` (row b of :func:`draw_indices`),
   drawn in chunks of B (:func:`resample_indices`) or read as multiplicities, how often each unit
   appears (:func:`resample_counts`). Paired draws (:func:`paired_draws`) draw the units of each
@@ -26,6 +27,7 @@ every room (diagnostics, auditing, analysis) can use it.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -42,10 +44,14 @@ Draw = TypeVar("Draw")
 # ---------------------------------------------------------------------------------------------
 
 
-def name_key(name: str) -> int:
-    """A stable 32-bit integer for a name (the first 4 bytes of its sha256, little-endian), so each
-    source's bootstrap stream is its own."""
-    return int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest()[:4], "little")
+def records_key(qids: Iterable[str]) -> int:
+    """A stable 32-bit integer for a source's records: the first 4 bytes (little-endian) of
+    sha256(``json.dumps(sorted(qids))``), the qids as strings. It depends on which records the
+    source holds (the units its bootstrap resamples), not on what the source or its file is named."""
+    if isinstance(qids, str | bytes):
+        raise TypeError("records_key takes the records' qids (an iterable of str), not one string")
+    text = json.dumps(sorted(str(q) for q in qids))
+    return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:4], "little")
 
 
 def bootstrap_stream(seed: int, *keys: int) -> np.random.Generator:
@@ -54,12 +60,13 @@ def bootstrap_stream(seed: int, *keys: int) -> np.random.Generator:
     return np.random.default_rng([seed, *keys])
 
 
-def bootstrap_rng(seed: int, name: str, *keys: int) -> np.random.Generator:
-    """The bootstrap stream of one source, from (seed, sha256(name), *keys). Every bootstrap of a
-    source's statistics (ratios, margin quantiles, composites) starts from ``bootstrap_rng(seed,
-    name)``, so resample b is the same set of records for all of them; a statistic with a stream of
-    its own adds a key (the false-negative rates: 0xF1)."""
-    return bootstrap_stream(seed, name_key(name), *keys)
+def bootstrap_rng(seed: int, qids: Iterable[str], *keys: int) -> np.random.Generator:
+    """The bootstrap stream of one source, from (seed, :func:`records_key` of its records' qids,
+    *keys). Every bootstrap of a source's statistics (ratios, margin quantiles, composites) starts
+    from ``bootstrap_rng(seed, qids)``, so resample b is the same set of records for all of them
+    (and two sources over the same queries draw the same queries: a paired resample); a statistic
+    with a stream of its own adds a key (the false-negative rates: 0xF1)."""
+    return bootstrap_stream(seed, records_key(qids), *keys)
 
 
 def check_bootstrap(resamples: int, confidence: float) -> None:

@@ -72,6 +72,7 @@ SUSPECT_COLUMNS = [
     "s_qp",
     "s_qn",
     "s_pn",
+    "fn_probability",
     "score",
     "reasons",
 ]
@@ -267,6 +268,7 @@ def _suspicion(
             "s_qp": s_qp[rows],
             "s_qn": s_qn[rows],
             "s_pn": s_pn[rows],
+            "fn_probability": flags["fn_probability"].to_numpy(dtype=np.float64)[rows],
             "score": suspicion_score(s_qp[rows], s_qn[rows], s.alpha) if scored else nan[rows],
             "reasons": flags["fn_reasons"].to_numpy()[rows],
         },
@@ -274,7 +276,10 @@ def _suspicion(
     )
     score = suspects["score"].to_numpy(dtype=np.float64)
     undefined = np.isnan(score)
+    prob = suspects["fn_probability"].to_numpy(dtype=np.float64)
     keys = zip(
+        np.isnan(prob).tolist(),
+        np.where(np.isnan(prob), 0.0, -prob).tolist(),
         undefined.tolist(),
         np.where(undefined, 0.0, -score).tolist(),
         suspects["source"],
@@ -396,7 +401,7 @@ def _semantic(
             e_n[mask],
             w[mask],
             np.searchsorted(rec_rows, owner[mask]),
-            resample_counts(len(rec_rows), bootstrap_rng(seed, name), resamples),
+            resample_counts(len(rec_rows), bootstrap_rng(seed, per_record["qid"].to_numpy()[rec_rows]), resamples),
             confidence,
             s.composite,
         )

@@ -268,7 +268,7 @@ def profile_sources(
         num, den = _num_den(sub, stats)
         with np.errstate(invalid="ignore", divide="ignore"):
             point = num.sum(axis=0) / den.sum(axis=0)
-        low, high = bootstrap_ratios(num, den, bootstrap_rng(seed, name), resamples, confidence)
+        low, high = bootstrap_ratios(num, den, bootstrap_rng(seed, sub["qid"]), resamples, confidence)
         kinds = sorted(set(sub["kind"]))
         row: dict[str, Any] = {
             "source": name,
@@ -287,7 +287,7 @@ def profile_sources(
         if semantic:
             margins = sub["margin"].to_numpy(dtype=np.float64)
             q_low, q_high = bootstrap_quantiles(
-                margins, list(QUANTILES.values()), bootstrap_rng(seed, name), resamples, confidence
+                margins, list(QUANTILES.values()), bootstrap_rng(seed, sub["qid"]), resamples, confidence
             )
             for j, (col, q) in enumerate(QUANTILES.items()):
                 row[col] = float(np.quantile(margins, q)) if len(margins) else float("nan")
@@ -300,7 +300,7 @@ def profile_sources(
             s_num, s_den = _num_den(sub, SUSPICION_STATS)
             with np.errstate(invalid="ignore", divide="ignore"):
                 s_point = s_num.sum(axis=0) / s_den.sum(axis=0)
-            s_low, s_high = bootstrap_ratios(s_num, s_den, bootstrap_rng(seed, name), resamples, confidence)
+            s_low, s_high = bootstrap_ratios(s_num, s_den, bootstrap_rng(seed, sub["qid"]), resamples, confidence)
             for j, stat in enumerate(SUSPICION_STATS):
                 row[stat.name] = float(s_point[j])
                 row[f"{stat.ci_prefix}_ci_low"] = float(s_low[j])
@@ -531,7 +531,7 @@ def false_negative_rates(
             continue
         num = np.array([[r[1]] for r in rows], dtype=np.float64)
         den = np.array([[r[2]] for r in rows], dtype=np.float64)
-        rng = bootstrap_rng(seed, name, 0xF1)  # a stream of its own, apart from the profile's
+        rng = bootstrap_rng(seed, [r[0] for r in rows], 0xF1)  # a stream of its own, apart from the profile's
         low, high = bootstrap_ratios(num, den, rng, resamples, confidence)
         out[name] = {
             "false_negative_rate": float(num.sum() / den.sum()) if den.sum() else float("nan"),

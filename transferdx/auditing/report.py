@@ -15,8 +15,9 @@ import pandas as pd
 
 from transferdx.artifacts import atomic_write_bytes, atomic_write_text, canonical_json, csv_text, safe_join, write_meta
 from transferdx.auditing.core import AuditResult
-from transferdx.auditing.verdict import verdict_lines
+from transferdx.auditing.verdict import audit_facts, verdict_lines
 from transferdx.diagnostics.semantic import BANDS
+from transferdx.diagnostics.suspicion import DL19_PRECISION, MIN_PROBABILITY
 from transferdx.inputs.records import Exclusion
 
 EXCLUSION_COLUMNS = [f.name for f in fields(Exclusion)]
@@ -61,6 +62,7 @@ SUSPICION_STATS = [  # §3.9 shares of negatives, each with its CI
     ("combined_rate", "combined_rate", "combined"),
     ("near_duplicate_positive_rate", "near_duplicate_positive_rate", "near_duplicate_positive"),
 ]
+PROBABILITY_PRECISION = (DL19_PRECISION["fn_probability"] or (0, float("nan")))[1]  # out of fold, DL19
 SUSPECTS_SHOWN = 10  # per source in report.md; suspects.csv has them all
 TEXT_WIDTH = 120
 COMPOSITE_STATS = [
@@ -124,7 +126,7 @@ def render_report(result: AuditResult, settings: Mapping[str, Any]) -> str:
     parts = [
         "# transferdx audit",
         "",
-        *verdict_lines(profile.rows, profile.catch_rate, settings),
+        *verdict_lines(profile.rows, profile.catch_rate, settings, facts=audit_facts(result)),
         "## Settings",
         "",
         *(f"- **{k}**: `{v}`" for k, v in settings.items()),
@@ -372,7 +374,10 @@ def _suspects_section(frame: pd.DataFrame, result: AuditResult) -> list[str]:
         + "`duplicate_positive` normalised text (NFKC, case-folded, whitespace collapsed) equal to a positive's;"
         " `duplicate_negative` the same passage again among the record's negatives (the first occurrence is not"
         " suspected). Shares of negatives with their 95% percentile bootstrap CI over records; every suspect is"
-        " listed in `suspects.csv`, most suspicious (s(q,n) − α·s(q,p)) first.",
+        " listed in `suspects.csv`, most probable first: `fn_probability` is the calibrated probability of being a"
+        f" false negative (the `combined` detector's logit, Platt-scaled on TREC-DL19 deep judgments); default"
+        f" cleaning acts on fn_probability ≥ {MIN_PROBABILITY:.2f} (precision {PROBABILITY_PRECISION:.3f}"
+        " there, out of fold) and on copies and near-copies of a positive; the rest is for review.",
         "",
         _markdown_table(_with_ci(frame, SUSPICION_STATS)),
         "",
@@ -393,6 +398,7 @@ def _suspects_section(frame: pd.DataFrame, result: AuditResult) -> list[str]:
                         "rank": shown["neg_index"].astype(str),
                         "s_qp": shown["s_qp"],
                         "s_qn": shown["s_qn"],
+                        "p(FN)": shown["fn_probability"],
                         "reasons": shown["reasons"],
                         "query": [_short(t) for t in shown["query"]],
                         "positive": [_short(t) for t in shown["positive"]],

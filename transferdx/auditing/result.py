@@ -7,13 +7,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from transferdx.auditing.core import AuditResult
 from transferdx.auditing.report import exclusions_frame, write_audit
-from transferdx.auditing.verdict import verdict_lines
+from transferdx.auditing.verdict import audit_facts, verdict_lines
+from transferdx.display import audit_markdown, audit_repr
 from transferdx.inputs.records import Record
 from transferdx.inputs.texts import text_column
+
+KINDS = ("genuine", "control", "all")  # whose negatives/suspects: the user's own, the controls', every source's
 
 
 @dataclass(frozen=True)
@@ -21,7 +25,10 @@ class Audit:
     """One audit: per-source ``profile``, per-record ``records``, per-negative ``negatives`` (with
     ``query`` and ``text`` columns), ``flags``, ``exclusions``; ``save(folder)`` writes the artifacts
     (the CSV files carry ids only, except ``suspects.csv``: join them with ``records.jsonl`` on ``qid``
-    and ``neg_id``)."""
+    and ``neg_id``). ``negatives`` and ``suspects`` are the user's own (genuine) sources';
+    ``negatives_of(kind)`` / ``suspects_of(kind)`` give the controls' (``"control"``) or every
+    source's (``"all"``, what ``negatives.csv`` and ``suspects.csv`` hold). In a notebook it shows
+    the verdict and a compact profile."""
 
     result: AuditResult
     settings: Mapping[str, Any] = field(default_factory=dict)
@@ -39,9 +46,15 @@ class Audit:
 
     @property
     def negatives(self) -> pd.DataFrame:
-        """One row per negative, with the query's and the negative's text added (categorical: an id
+        """One row per negative of the genuine sources (the user's own; the controls':
+        :meth:`negatives_of`), with the query's and the negative's text added (categorical: an id
         per row into the table of distinct texts, ``.cat.categories``)."""
-        frame = self.result.negatives.copy()
+        return self.negatives_of("genuine")
+
+    def negatives_of(self, kind: str = "genuine") -> pd.DataFrame:
+        """The negatives of the sources of ``kind``: ``genuine`` | ``control`` | ``all``, with texts."""
+        full = self.result.negatives
+        frame = full.loc[self._of_kind(full, kind)].reset_index(drop=True)
         if not self.texts or frame.empty:
             return frame
         keys = list(zip(frame["source"], frame["qid"], strict=True))
@@ -56,9 +69,29 @@ class Audit:
 
     @property
     def suspects(self) -> pd.DataFrame:
-        """One row per suspected false negative (design §3.9) with query, positive and negative
-        texts, s(q,p), s(q,n), s(p0,n) and the reasons, most suspicious first (``suspects.csv``)."""
-        return self.result.suspects
+        """One row per suspected false negative (design §3.9) of the genuine sources (the user's own;
+        the controls': :meth:`suspects_of`) with query, positive and negative texts, s(q,p), s(q,n),
+        s(p0,n) and the reasons, most suspicious first."""
+        return self.suspects_of("genuine")
+
+    def suspects_of(self, kind: str = "genuine") -> pd.DataFrame:
+        """The suspects of the sources of ``kind``: ``genuine`` | ``control`` | ``all`` (``all``: what
+        ``suspects.csv`` holds), in the same order."""
+        full = self.result.suspects
+        return full.loc[self._of_kind(full, kind)].reset_index(drop=True)
+
+    def _of_kind(self, frame: pd.DataFrame, kind: str) -> np.ndarray:
+        """Which rows of a per-negative ``frame`` (``source``, ``qid``) belong to a record of ``kind``."""
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+        if kind == "all":
+            return np.ones(len(frame), dtype=bool)
+        if "kind" in frame.columns:
+            return (frame["kind"] == kind).to_numpy(dtype=bool)
+        recs = self.result.records
+        of = dict(zip(zip(recs["source"], recs["qid"], strict=True), recs["kind"], strict=True))
+        keys = zip(frame["source"], frame["qid"], strict=True)
+        return np.fromiter((of.get(k) == kind for k in keys), dtype=bool, count=len(frame))
 
     @property
     def fn_evaluation(self) -> Mapping[str, Any]:
@@ -102,8 +135,11 @@ class Audit:
 
     def verdict(self) -> str:
         """The verdict in plain words (Markdown): flags, suspected false negatives, where each source
-        sits against the controls, the genuine sources by mean ψ (also the top of report.md)."""
-        return "\n".join(verdict_lines(self.result.profile.rows, self.result.profile.catch_rate, self.settings))
+        sits against the controls, the genuine sources by mean ψ (also the top of report.md, which
+        points to the files; this one to the attributes)."""
+        profile = self.result.profile
+        facts = audit_facts(self.result)
+        return "\n".join(verdict_lines(profile.rows, profile.catch_rate, self.settings, written=False, facts=facts))
 
     def summary(self) -> str:
         """The profile as a fixed-width text table (what ``transferdx-audit`` prints)."""
@@ -114,5 +150,9 @@ class Audit:
         and plots."""
         return write_audit(self.result, Path(folder), self.settings)
 
-    def _repr_html_(self) -> str:  # notebooks show the profile
-        return str(self.profile._repr_html_())
+    def __repr__(self) -> str:  # a few lines, not the frames
+        return audit_repr(self.profile, len(self.suspects))
+
+    def _repr_markdown_(self) -> str:  # notebooks show the verdict and a compact profile
+        n_control = len(self.suspects_of("control"))
+        return audit_markdown(self.verdict(), self.profile, len(self.suspects), n_control, len(self.result.exclusions))

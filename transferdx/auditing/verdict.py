@@ -1,20 +1,49 @@
 """The verdict: what an audit says about each source, in plain words (the top of report.md and the
-end of ``transferdx-audit``'s output). Pure: profile rows in, Markdown lines out."""
+end of ``transferdx-audit``'s output). Pure: profile rows and per-source facts in, Markdown lines out.
+
+Each genuine source opens with a **bottom line**, one of :data:`ACTIONS` (the most severe advice that
+applies, :data:`ADVICE`): re-mine (an absolute flag says the negatives are mostly inverted or mostly
+easy), clean (negatives copy a positive, are near-copies of one, or have ``fn_probability`` ≥
+:data:`~transferdx.diagnostics.suspicion.MIN_PROBABILITY`, the high-precision part of the suspicion),
+review the listed suspects (the rest of the suspicion, whose precision on deep judgments is little
+above the base rate), or use as is. Every sentence names the number behind it. A source with fewer
+than :data:`MIN_RECORDS` records gets a warning instead of a place in the ranking."""
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from transferdx.diagnostics.suspicion import (
+    DL19_BASE_RATE,
+    DL19_PRECISION,
+    DL19_WHAT,
+    HIGH_PRECISION_REASONS,
+    MIN_PROBABILITY,
+)
+
+if TYPE_CHECKING:
+    from transferdx.auditing.core import AuditResult
+
+# Fewer records than this: bootstrap CIs over records and the ranking of sources are not read
+# (with under 30 resampling units a percentile interval is unreliable), a warning is said instead.
+MIN_RECORDS = 30
 
 # diagnostic column → (name, what a higher value means, which way is better or more defective)
 DIRECTIONS: dict[str, tuple[str, str, str]] = {
     "psi_mean": (
         "ψ",
         "negatives share fewer of the query's (IDF-weighted) words",
-        "among genuine sources a higher mean ψ tracked better transfer in the study this package "
-        "follows; above every genuine source (as random passages are) it means negatives too unrelated",
+        "in the study this package follows a higher mean ψ went with better transfer (the study's finding;"
+        " the package's own validation found ψ's rank agreement with transfer near 0 at its scale, so it is"
+        " not a validated predictor here); above every genuine source (as random passages are) it means"
+        " negatives too unrelated",
     ),
     "rho_mean": (
         "ρ",
@@ -29,8 +58,7 @@ DIRECTIONS: dict[str, tuple[str, str, str]] = {
     "inversion_rate": (
         "inversion",
         "more records have a negative scoring at least as high as the positive",
-        "some inversions are what hard negatives look like; below every genuine source = too easy, "
-        "very high = look for false negatives",
+        "some inversions are what hard negatives look like; very high = look for false negatives",
     ),
     "fn_suspect_rate": (
         "suspected false negatives",
@@ -40,7 +68,119 @@ DIRECTIONS: dict[str, tuple[str, str, str]] = {
     "duplicate_positive_rate": ("copies of a positive", "more negatives repeat a positive's text", "0 is right"),
 }
 LADDER = ("random_mix_25", "random_mix_50", "random_mix_75", "random_mix_100")
-FIXED = {"rho_mean": 0.870, "eta_mean": 0.443, "psi_mean": 0.529, "inversion_rate": 0.083}  # the study's
+ACTIONS = ("re-mine", "clean", "review the listed suspects", "use as is")  # most severe first
+# a mining margin shows when the hardest negative of the file stops within EDGE below the
+# positive-aware bar α·s(q,p) (a random or easy file stops far below it)
+EDGE = 0.10
+
+
+@dataclass(frozen=True)
+class MarginMining:
+    """The negatives stop short of the positive-aware bar: every s(q,n) < α·s(q,p) (all s(q,p) > 0)
+    and the closest comes within :data:`EDGE` of it. ``relative`` = 1 − max s(q,n)/s(q,p) ∈ (1 − α,
+    EDGE + 1 − α] (what sentence-transformers' ``relative_margin`` guarantees), ``absolute`` = min
+    s(q,p) − s(q,n) > 0 (its ``absolute_margin``)."""
+
+    relative: float
+    absolute: float
+    alpha: float
+
+
+def margin_mining(s_qp: np.ndarray, s_qn: np.ndarray, alpha: float = 0.95) -> MarginMining | None:
+    """:class:`MarginMining` when the per-negative scores (``s_qp`` per negative) show a mining margin,
+    else None (also when some s(q,p) ≤ 0 or NaN, or there are no negatives)."""
+    s_qp, s_qn = np.asarray(s_qp, dtype=np.float64), np.asarray(s_qn, dtype=np.float64)
+    if not len(s_qn) or np.isnan(s_qp).any() or np.isnan(s_qn).any() or (s_qp <= 0).any():
+        return None
+    ratio = float((s_qn / s_qp).max())
+    gap = float((s_qp - s_qn).min())
+    if gap <= 0 or not alpha - EDGE <= ratio < alpha:
+        return None
+    return MarginMining(1.0 - ratio, gap, alpha)
+
+
+@dataclass(frozen=True)
+class SourceFacts:
+    """What the bottom line counts per source, from the per-negative table: negatives, suspects,
+    those default cleaning acts on (``n_act``: :data:`HIGH_PRECISION_REASONS` or ``fn_probability`` ≥
+    :data:`MIN_PROBABILITY`), copies and near-copies of a positive, probable false negatives, the
+    positive-aware hits (None when not checked), a mining margin, and whether it is a cleaned copy."""
+
+    n_negatives: int = 0
+    n_suspects: int = 0
+    n_act: int = 0
+    n_copies: int = 0
+    n_near_copies: int | None = None
+    n_probable: int | None = None
+    n_positive_aware: int | None = None
+    margin: MarginMining | None = None
+    cleaned: Mapping[str, Any] | None = None
+
+
+def _count(frame: pd.DataFrame, column: str) -> int | None:
+    if column not in frame or frame[column].isna().any():
+        return None
+    return int(frame[column].astype(bool).sum())
+
+
+def source_facts(
+    negatives: pd.DataFrame,
+    records: pd.DataFrame,
+    descriptors: Mapping[str, Any] | None = None,
+    alpha: float = 0.95,
+) -> dict[str, SourceFacts]:
+    """:class:`SourceFacts` per source of an audit's per-negative and per-record tables (records in
+    the audit's order, each owning ``n_negatives`` consecutive rows of ``negatives``)."""
+    out: dict[str, SourceFacts] = {}
+    if "source" not in records or not len(records):
+        return out
+    owner = np.repeat(np.arange(len(records)), records["n_negatives"].to_numpy(dtype=np.int64))
+    neg_source = records["source"].to_numpy()[owner] if len(owner) else np.asarray([], dtype=object)
+    scored = "s_qp" in records and "s_qn" in negatives
+    prob = (
+        negatives["fn_probability"].to_numpy(dtype=np.float64)
+        if "fn_probability" in negatives
+        else np.full(len(negatives), np.nan)
+    )
+    for name in dict.fromkeys(records["source"]):
+        rows = np.flatnonzero(neg_source == name)
+        sub = negatives.iloc[rows]
+        act = np.zeros(len(rows), dtype=bool)
+        for reason in HIGH_PRECISION_REASONS:
+            if f"fn_{reason}" in sub:
+                act |= sub[f"fn_{reason}"].fillna(False).to_numpy(bool)
+        p = prob[rows]
+        probable = None if not scored or np.isnan(p).any() else int((p >= MIN_PROBABILITY).sum())
+        act |= np.nan_to_num(p, nan=-1.0) >= MIN_PROBABILITY
+        margin = None
+        if scored and len(rows):
+            s_qp = records["s_qp"].to_numpy(dtype=np.float64)[owner[rows]]
+            margin = margin_mining(s_qp, sub["s_qn"].to_numpy(dtype=np.float64), alpha)
+        cleaned = (descriptors or {}).get(name, {}).get("cleaned")
+        out[str(name)] = SourceFacts(
+            n_negatives=len(rows),
+            n_suspects=int(sub["fn_suspect"].astype(bool).sum()) if "fn_suspect" in sub else 0,
+            n_act=int(act.sum()),
+            n_copies=_count(sub, "fn_duplicate_positive") or 0,
+            n_near_copies=_count(sub, "fn_near_duplicate_positive"),
+            n_probable=probable,
+            n_positive_aware=_count(sub, "fn_positive_aware"),
+            margin=margin,
+            cleaned=cleaned if isinstance(cleaned, Mapping) else None,
+        )
+    return out
+
+
+def audit_facts(result: AuditResult) -> dict[str, SourceFacts]:
+    """:func:`source_facts` of an :class:`~transferdx.auditing.core.AuditResult`."""
+    alpha = result.suspicion.get("alpha")
+    alpha = float(alpha) if isinstance(alpha, (int, float)) else 0.95
+    return source_facts(result.negatives, result.records, result.profile.descriptors, alpha)
+
+
+# ---------------------------------------------------------------------------------------------
+# Numbers and commands
+# ---------------------------------------------------------------------------------------------
 
 
 def _num(row: Mapping[str, Any], column: str) -> float:
@@ -61,69 +201,216 @@ def _ci(row: Mapping[str, Any], column: str) -> str:
     return f"{value:.3f} [{low:.3f}, {high:.3f}]"
 
 
-def nearest_control(
-    row: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], columns: Sequence[str]
-) -> tuple[str, float] | None:
-    """The control whose (ρ, η, ψ) is nearest to ``row``'s, in units of each column's spread over all
-    sources (Euclidean); None when there is no control or no column."""
-    cols = [c for c in columns if not math.isnan(_num(row, c))]
-    controls = [r for r in rows if r.get("kind") == "control"]
-    if not cols or not controls:
+def _share(k: int, n: int) -> str:
+    return f"{k} of {n} negatives ({k / n:.1%})" if n else f"{k} of 0 negatives"
+
+
+def _precision(rule: str, full: bool = False) -> str:
+    """``precision 0.665 [0.570, 0.764]`` of a rule on DL19, or that it was not measured there."""
+    measured = DL19_PRECISION.get(rule)
+    if measured is None:
+        return "not measured on deep judgments (no instance in TREC-DL19)"
+    _, p, low, high = measured
+    what = DL19_WHAT if full else "TREC-DL19 deep judgments"
+    return f"precision {p:.3f} [{low:.3f}, {high:.3f}] on {what}, base rate {DL19_BASE_RATE:.3f}"
+
+
+def clean_command(settings: Mapping[str, Any] | None) -> str:
+    """The command that cleans the audited input: ``transferdx-clean input=<file>`` (``data=<name>``
+    for a bundled data set, the Python call for records given in memory)."""
+    label = str((settings or {}).get("data") or "(in memory)")
+    if label == "(in memory)":
+        return "`transferdx.clean(records, audit)`"
+    if label == "demo":
+        return "`transferdx-clean data=demo`"
+    return f"`transferdx-clean input={label}`"
+
+
+def _absolute(row: Mapping[str, Any]) -> dict[str, str] | None:
+    """The row's absolute flags (name → reason), or None when the profile has no such column."""
+    if "absolute_flags" not in row:
         return None
-    spread = {}
-    for c in cols:
-        values = [_num(r, c) for r in rows if not math.isnan(_num(r, c))]
-        mean = sum(values) / len(values)
-        spread[c] = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)) or 1.0
-    best = min(
-        controls,
-        key=lambda r: (sum(((_num(r, c) - _num(row, c)) / spread[c]) ** 2 for c in cols), str(r.get("source"))),
+    names = [n for n in str(row.get("absolute_flags") or "").split(";") if n]
+    reasons = [r for r in str(row.get("absolute_flag_reasons") or "").split("; ") if r]
+    return {n: (reasons[i] if i < len(reasons) else n) for i, n in enumerate(names)}
+
+
+# ---------------------------------------------------------------------------------------------
+# The bottom line: a registry of advice, each an action and the sentence that says why
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the advice reads next to a source's row: its facts, the flag mode and the settings."""
+
+    facts: SourceFacts
+    mode: str
+    settings: Mapping[str, Any]
+
+
+def _remine_inverted(row: Mapping[str, Any], ctx: Context) -> str | None:
+    reason = (_absolute(row) or {}).get("mostly_inverted")
+    if reason is None:
+        return None
+    return (
+        f"Most negatives outscore the positive under the frozen encoder ({reason}): the labels, not the"
+        " encoder, are the likelier error. Re-mine with a margin below the positive, e.g. sentence-transformers"
+        " `mine_hard_negatives(..., relative_margin=0.05)`, or skip the top ranks with `range_min=10`."
     )
-    distance = math.sqrt(sum(((_num(best, c) - _num(row, c)) / spread[c]) ** 2 for c in cols))
-    return str(best["source"]), distance
 
 
-def _fixed_flags(row: Mapping[str, Any]) -> list[str]:
+def _remine_easy(row: Mapping[str, Any], ctx: Context) -> str | None:
+    reason = (_absolute(row) or {}).get("mostly_easy")
+    if reason is None:
+        return None
+    return (
+        f"The negatives are mostly easy ({reason}): they add little over in-batch negatives. Re-mine harder"
+        " ones from the top ranks of a dense retriever, e.g. sentence-transformers"
+        ' `mine_hard_negatives(..., range_max=20, sampling_strategy="top")`.'
+    )
+
+
+def _clean(row: Mapping[str, Any], ctx: Context) -> str | None:
+    f = ctx.facts
+    absolute = _absolute(row) or {}
+    copies = [absolute[n] for n in ("copies_positive", "near_copies_positive") if n in absolute]
+    if not f.n_act and not copies:
+        return None
+    parts = [f"{f.n_copies} copy a positive"]
+    if f.n_near_copies is not None:
+        parts.append(f"{f.n_near_copies} are near-copies of one (s(p0,n) ≥ δ; {_precision('near_duplicate_positive')})")
+    if f.n_probable is not None:
+        parts.append(f"{f.n_probable} have fn_probability ≥ {MIN_PROBABILITY:.2f} ({_precision('fn_probability')})")
+    flagged = f" Absolute flag: {'; '.join(copies)}." if copies else ""
+    return (
+        f"{_share(f.n_act, f.n_negatives)} are probable false negatives: {', '.join(parts)}.{flagged}"
+        f" Remove them with {clean_command(ctx.settings)}."
+    )
+
+
+def _by_construction(row: Mapping[str, Any], ctx: Context) -> str | None:
+    m = ctx.facts.margin
+    if m is None or ctx.facts.n_positive_aware != 0:
+        return None
+    return (
+        f"Its mining already applied a margin with this encoder: every negative scores at most"
+        f" {1 - m.relative:.3f}·s(q,p) (a relative margin of {m.relative:.3f}; the smallest gap s(q,p) − s(q,n) is"
+        f" {m.absolute:.3f}), below the positive-aware bar {m.alpha}·s(q,p), so that rule finds 0 suspects by"
+        " construction; it says nothing about false negatives below the margin."
+    )
+
+
+def _review(row: Mapping[str, Any], ctx: Context) -> str | None:
+    f = ctx.facts
+    rest = f.n_suspects - f.n_act
+    flags = str(row.get("flags") or "") if ctx.mode == "envelope" else ""
     out = []
-    for column, threshold in FIXED.items():
+    if rest > 0:
+        out.append(
+            f"{_share(rest, f.n_negatives)} are suspects to review, not to remove: the suspicion rule's"
+            f" {_precision('default_rule')}, so most of them are ordinary hard negatives"
+            f" ({ctx.settings.get('_suspects_where') or 'suspects.csv lists them'}, most probable first)."
+        )
+    if flags:
+        out.append(f"Against the other sources' range (envelope): {row.get('flag_reasons')}.")
+    return " ".join(out) or None
+
+
+def _use(row: Mapping[str, Any], ctx: Context) -> str | None:
+    f = ctx.facts
+    inv = _num(row, "inversion_rate")
+    said = f"{f.n_suspects} of its {f.n_negatives} negatives are suspected false negatives"
+    if f.n_probable is not None:
+        said += f", {f.n_probable} have fn_probability ≥ {MIN_PROBABILITY:.2f}"
+    if not math.isnan(inv):
+        said += f", and in {inv:.1%} of records a negative scores at least as high as the positive"
+    return said + "."
+
+
+Advice = Callable[[Mapping[str, Any], Context], "str | None"]
+# action → the advice that leads to it, in the order said; the first action with any advice wins
+ADVICE: tuple[tuple[str, tuple[Advice, ...]], ...] = (
+    ("re-mine", (_remine_inverted, _remine_easy)),
+    ("clean", (_clean,)),
+    ("review the listed suspects", (_review,)),
+    ("use as is", (_by_construction, _use)),
+)
+
+
+def bottom_line(row: Mapping[str, Any], ctx: Context) -> tuple[str, list[str]]:
+    """(action, sentences): the most severe action of :data:`ADVICE` that applies and its sentences,
+    then the sentences of the milder ones that apply too."""
+    said = [(action, text) for action, rules in ADVICE for rule in rules if (text := rule(row, ctx))]
+    action = said[0][0]
+    lead = [text for a, text in said if a == action]
+    rest = [text for a, text in said if a != action and a != "use as is"]
+    if action != "use as is":
+        rest += [text for a, text in said if a == "use as is" and text.startswith("Its mining")]
+    return action, lead + rest
+
+
+def _small(n: int) -> str | None:
+    if n >= MIN_RECORDS:
+        return None
+    few = "1 record is" if n == 1 else f"{n} records are"
+    return (
+        f"  Warning: {few} too few for the statistics (fewer than {MIN_RECORDS}): its intervals are"
+        " not reliable and it is left out of the ranking; read its suspects one by one."
+    )
+
+
+def _fixed_comparison(row: Mapping[str, Any], thresholds: Mapping[str, float]) -> list[str]:
+    out = []
+    for column, threshold in thresholds.items():
         value = _num(row, column)
-        if math.isnan(value):
-            continue
-        low = column == "inversion_rate"
-        if (value < threshold) if low else (value > threshold):
-            out.append(f"{DIRECTIONS[column][0]} {value:.3f} {'<' if low else '>'} {threshold}")
+        if not math.isnan(value):
+            out.append(f"{DIRECTIONS[column][0]} {value:.3f} (study: {threshold})")
     return out
 
 
+FIXED = {"rho_mean": 0.870, "eta_mean": 0.443, "psi_mean": 0.529, "inversion_rate": 0.083}  # the study's
+
+
 def verdict_lines(
-    rows: Sequence[Mapping[str, Any]], catch: Mapping[str, Any], settings: Mapping[str, Any] | None = None
+    rows: Sequence[Mapping[str, Any]],
+    catch: Mapping[str, Any],
+    settings: Mapping[str, Any] | None = None,
+    *,
+    facts: Mapping[str, SourceFacts] | None = None,
+    written: bool = True,
 ) -> list[str]:
-    """The verdict section: per genuine source its flags, suspected false negatives, where it sits
-    against the controls, the study's fixed thresholds as a second opinion; the controls caught; the
-    genuine sources ordered by mean ψ with whether neighbouring CIs overlap; what each direction means."""
-    genuine = [r for r in rows if r.get("kind") == "genuine"]
+    """The verdict section: per genuine source its bottom line (:func:`bottom_line`), a small-sample
+    warning, the suspects with the rule's measured precision, inversions, what the controls built
+    from it show; the controls caught; the genuine sources by mean ψ (the study's finding, not a
+    validated predictor here) with whether neighbouring CIs overlap; what each direction means.
+    ``facts``: :func:`source_facts` (without them the counts come from the profile's rates);
+    ``written``: whether suspects.csv was written (the Python verdict points to ``.suspects``)."""
+    settings = dict(settings or {})
+    settings["_suspects_where"] = "suspects.csv lists them" if written else "`.suspects` lists them"
+    genuine = [r for r in rows if r.get("kind") == "genuine" and _num(r, "n_records") > 0]
     semantic = any(not math.isnan(_num(r, "rho_mean")) for r in rows)
-    columns = [c for c in ("rho_mean", "eta_mean", "psi_mean") if semantic or c == "psi_mean"]
+    mode = str(settings.get("flags") or "envelope")
     out = ["## Verdict", ""]
     for row in genuine:
-        name, n = row["source"], int(_num(row, "n_records")) if not math.isnan(_num(row, "n_records")) else 0
-        flags = str(row.get("flags") or "")
-        head = f"**{name}** ({n} records): " + (
-            f"flagged — {row.get('flag_reasons')}." if flags else "not flagged by the genuine envelope."
-        )
-        out.append(f"- {head}")
-        if len(genuine) == 1:
+        name, n = str(row["source"]), int(_num(row, "n_records"))
+        f = (facts or {}).get(name) or _facts_from_row(row)
+        action, sentences = bottom_line(row, Context(f, mode, settings))
+        unit = "record" if n == 1 else "records"
+        out.append(f"- **{name}** ({n} {unit}) — **bottom line: {action}.** " + " ".join(sentences))
+        if (small := _small(n)) is not None:
+            out.append(small)
+        if f.cleaned:
+            reasons = ", ".join(map(str, f.cleaned.get("reasons") or [])) or "none"
             out.append(
-                "  With one genuine source the envelope is that source itself, so it cannot flag it: read the"
-                " findings below and the controls built from its own passages."
+                f"  This is a cleaned copy (action {f.cleaned.get('action')}, reasons {reasons}): what was removed"
+                " is no longer counted here."
             )
         fn = _num(row, "fn_suspect_rate")
         if not math.isnan(fn):
-            dup = _num(row, "duplicate_positive_rate")
-            extra = f"; {dup:.1%} copy a positive" if not math.isnan(dup) and dup > 0 else ""
             out.append(
-                f"  Suspected false negatives: {_ci(row, 'fn_suspect_rate')} of its negatives{extra}"
-                " (suspects.csv lists them with their text)."
+                f"  Suspected false negatives: {f.n_suspects} ({_ci(row, 'fn_suspect_rate')} of its negatives);"
+                f" the rule's {_precision('default_rule', full=True)}."
             )
         inv = _num(row, "inversion_rate")
         if not math.isnan(inv):
@@ -131,62 +418,99 @@ def verdict_lines(
                 f"  Inversions: in {inv:.1%} of records a negative scores at least as high as the positive"
                 f" ({_ci(row, 'inversion_rate')})."
             )
-        near = nearest_control(row, rows, columns)
-        parent = ((settings or {}).get("self_controls") or {}).get("parent")
-        if parent == name:  # controls made from this source: how large a defect would show
-            flagged = [r["source"] for r in rows if r.get("source") in LADDER and r.get("flags")]
-            smallest = min(flagged, key=LADDER.index).rsplit("_", 1)[1] if flagged else None
-            out.append(
-                "  The controls are made from this source, so they show what the diagnostics can see: "
-                + (
-                    f"replacing {smallest}% of its negatives by random passages is already flagged."
-                    if smallest
-                    else "no rung of the random-mix ladder is flagged (the diagnostics are blind to that defect here)."
+        if name in _parents(settings) and (ladder := _ladder_line(rows)):
+            out.append(ladder)
+        if semantic and mode == "fixed":
+            compared = _fixed_comparison(row, FIXED)
+            if compared:
+                out.append(
+                    "  The study's values, fixed on another encoder and data set, for reference only (not flags"
+                    f" here): {', '.join(compared)}."
                 )
-            )
-        elif near is not None:
-            dose = f" — the random-mix dose it matches is {near[0].rsplit('_', 1)[1]}%" if near[0] in LADDER else ""
-            symbols = ", ".join(DIRECTIONS[c][0] for c in columns)
-            out.append(
-                f"  Against the controls it sits nearest to `{near[0]}` in ({symbols})"
-                f" (distance {near[1]:.2f}, in units of each statistic's spread over all sources){dose}."
-            )
-        fixed = _fixed_flags(row) if semantic else []
-        if fixed:
-            out.append(
-                "  By the study's fixed thresholds (another encoder: a second opinion only) it would be flagged"
-                f" for {', '.join(fixed)}."
-            )
+    out += _controls_lines(rows, catch, settings)
+    out += _ranking_lines(genuine)
+    out += ["", "Which way is which:", ""]
+    for column, (symbol, higher, better) in DIRECTIONS.items():
+        if any(not math.isnan(_num(r, column)) for r in rows):
+            out.append(f"- {symbol}: higher = {higher}; {better}.")
+    out.append("")
+    return out
+
+
+def _facts_from_row(row: Mapping[str, Any]) -> SourceFacts:
+    """Counts recovered from the profile's rates when no per-negative table is at hand."""
+    n = int(_num(row, "n_negatives")) if not math.isnan(_num(row, "n_negatives")) else 0
+    fn, dup = _num(row, "fn_suspect_rate"), _num(row, "duplicate_positive_rate")
+    copies = round(dup * n) if not math.isnan(dup) else 0
+    return SourceFacts(n, round(fn * n) if not math.isnan(fn) else 0, copies, copies)
+
+
+def _parents(settings: Mapping[str, Any]) -> list[str]:
+    built = settings.get("self_controls") or {}
+    return [str(p) for p in (built.get("parents") or ([built["parent"]] if built.get("parent") else []))]
+
+
+def _ladder_line(rows: Sequence[Mapping[str, Any]]) -> str | None:
+    """What the random-mix ladder shows (None when none of its rungs was built with records)."""
+    if not any(r.get("source") in LADDER and _num(r, "n_records") > 0 for r in rows):
+        return None
+    flagged = [r["source"] for r in rows if r.get("source") in LADDER and r.get("flags")]
+    smallest = min(flagged, key=LADDER.index).rsplit("_", 1)[1] if flagged else None
+    return "  The controls are made from this source, so they show what the diagnostics can see: " + (
+        f"replacing {smallest}% of its negatives by random passages is already flagged."
+        if smallest
+        else "no rung of the random-mix ladder is flagged (the diagnostics are blind to that defect here)."
+    )
+
+
+def _controls_lines(
+    rows: Sequence[Mapping[str, Any]], catch: Mapping[str, Any], settings: Mapping[str, Any]
+) -> list[str]:
+    out = []
     n_controls = int(catch.get("n_controls") or 0)
+    empty = [str(r["source"]) for r in rows if r.get("kind") != "genuine" and not _num(r, "n_records") > 0]
     if n_controls:
-        missed = catch.get("controls_not_flagged") or []
+        missed = [m for m in catch.get("controls_not_flagged") or [] if m not in empty]
         out.append(
             f"- Controls (known defects) flagged: {catch.get('n_controls_flagged', 0)} of {n_controls}"
-            + (f"; not caught: {', '.join(map(str, missed))}." if missed else ".")
+            + (f"; not caught: {', '.join(map(str, missed))}" if missed else "")
+            + (f"; built empty (no records, not audited): {', '.join(empty)}" if empty else "")
+            + "."
         )
-    built = (settings or {}).get("self_controls")
+    built = settings.get("self_controls")
     if built:
+        parents = _parents(settings)
+        whose = " and ".join(f"`{p}`" for p in parents)
         out.append(
-            f"- The controls were built from `{built['parent']}`'s own records and passages"
+            f"- The controls were built from {whose}'s own records and passages"
             + (
                 "; not built: " + "; ".join(f"{k} ({v})" for k, v in sorted(built["skipped"].items())) + "."
                 if built.get("skipped")
                 else "."
             )
         )
-    if len(genuine) >= 2:
-        ranked = sorted(genuine, key=lambda r: (-_num(r, "psi_mean"), str(r["source"])))
+    return out
+
+
+def _ranking_lines(genuine: Sequence[Mapping[str, Any]]) -> list[str]:
+    big = [r for r in genuine if _num(r, "n_records") >= MIN_RECORDS and not math.isnan(_num(r, "psi_mean"))]
+    small = [r for r in genuine if _num(r, "n_records") < MIN_RECORDS]
+    out = []
+    if len(big) >= 2:
+        ranked = sorted(big, key=lambda r: (-_num(r, "psi_mean"), str(r["source"])))
         parts = [f"{ranked[0]['source']} {_num(ranked[0], 'psi_mean'):.3f}"]
         for a, b in itertools.pairwise(ranked):
             overlap = _num(a, "psi_ci_low") <= _num(b, "psi_ci_high")
             parts.append(f"{'≈' if overlap else '>'} {b['source']} {_num(b, 'psi_mean'):.3f}")
         legend = " (≈: the CIs overlap, so that order is not established)" if any("≈" in x for x in parts) else ""
         out.append(
-            "- Genuine sources by mean ψ (the study's headline predictor of transfer): " + " ".join(parts) + legend
+            "- Genuine sources by mean ψ (in the study this package follows, higher mean ψ went with better"
+            " transfer; the package's own validation found ψ's rank agreement with transfer near 0 at its scale,"
+            " so this order is a description, not a prediction): " + " ".join(parts) + legend
         )
-    out += ["", "Which way is which:", ""]
-    for column, (symbol, higher, better) in DIRECTIONS.items():
-        if any(not math.isnan(_num(r, column)) for r in rows):
-            out.append(f"- {symbol}: higher = {higher}; {better}.")
-    out.append("")
+    if small and len(genuine) >= 2:
+        out.append(
+            "- Not ranked (fewer than "
+            f"{MIN_RECORDS} records): " + ", ".join(f"{r['source']} ({int(_num(r, 'n_records'))})" for r in small)
+        )
     return out

@@ -15,6 +15,13 @@ Reasons (:data:`REASONS`, in this order wherever they are joined):
 - ``duplicate_negative``: the same passage (same id; same normalised text when the id is absent or
   empty) appeared earlier among the record's negatives; the first occurrence is not suspected.
 
+Next to the reasons, every negative gets ``fn_probability``: the calibrated probability that it is a
+false negative, p = σ(a·z + b) with z the ``combined`` detector's logit and (a, b) =
+(:data:`PLATT_A`, :data:`PLATT_B`) from Platt scaling on TREC-DL19 deep judgments
+(:func:`fn_probability`; NA without an encoder). Default cleaning acts on negatives with
+``fn_probability ≥`` :data:`MIN_PROBABILITY` and on copies of a positive (:data:`HIGH_PRECISION_REASONS`);
+the rest is for review. :data:`DL19_PRECISION` is each rule's measured precision there.
+
 ``positive_aware``, ``combined`` and ``near_duplicate_positive`` need the frozen encoder
 (:data:`ENCODER_REASONS`); a lexical-only audit leaves them *unchecked* (NA), never False, and the
 rule not chosen (``positive_aware`` or ``combined``) is unchecked too.
@@ -28,13 +35,44 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from transferdx.diagnostics.fn_combined import features, load_combined
+from transferdx.diagnostics.fn_combined import CombinedDetector, features, load_combined
 from transferdx.inputs.records import normalise_text, passage_key  # the identity of texts and passages
 
 REASONS = ("positive_aware", "combined", "duplicate_positive", "near_duplicate_positive", "duplicate_negative")
 ENCODER_REASONS = frozenset({"positive_aware", "combined", "near_duplicate_positive"})
 TEXT_REASONS = tuple(r for r in REASONS if r not in ENCODER_REASONS)
 RULES = ("positive_aware", "combined")  # the score rule: one of them is checked, the other is not
+
+# Platt scaling of the shipped ``combined`` detector's logit z: fn_probability = σ(PLATT_A·z + PLATT_B).
+# Produced by ``python experiments/fit_fn_combined.py`` (its "calibration" output; ``--check`` and
+# tests/test_fn_eval.py re-derive them): TREC-DL19 labels=single, six runs' top-8 (2,064 negatives of
+# 43 queries, judged >= 2 = false negative), all-MiniLM-L6-v2; (a, b) fitted by maximum likelihood on
+# out-of-fold logits (5 folds grouped by query), so a query's probability never comes from a model that
+# saw it. Expected calibration error (10 equal-count bins, out of fold): 0.033 raw, 0.030 calibrated.
+PLATT_A = 0.9066
+PLATT_B = 0.0094
+# The fn_probability cut for default cleaning: the lowest of 0.50, 0.55, …, 0.95 whose out-of-fold
+# precision on DL19 is >= 0.80 (measured: DL19_PRECISION["fn_probability"]).
+MIN_PROBABILITY = 0.80
+# Reasons default cleaning acts on whatever the probability: a copy of a positive is a false negative
+# by definition (DL19 has none, so it is not measured there); a near-copy (s(p0,n) ≥ δ) was one in
+# DL19_PRECISION["near_duplicate_positive"] of cases there (0.78, against 0.66 for positive_aware).
+HIGH_PRECISION_REASONS = ("duplicate_positive", "near_duplicate_positive")
+# Measured on the same DL19 frame by fn_eval.probability_measurement (α = 0.95, δ = 0.85, threshold
+# MIN_PROBABILITY; fit_fn_combined.py prints it): per rule, (negatives suspected, precision, its 95%
+# query-bootstrap CI); None where the rule suspected nothing there. Base rate = precision of suspecting all.
+# ``fn_probability`` is out of fold; ``combined`` is the shipped fit applied to the data it was fitted on.
+DL19_BASE_RATE = 0.575
+DL19_PRECISION: Mapping[str, tuple[int, float, float, float] | None] = {
+    "positive_aware": (1359, 0.659, 0.563, 0.760),
+    "near_duplicate_positive": (143, 0.783, 0.522, 0.979),
+    "duplicate_positive": None,
+    "duplicate_negative": None,
+    "default_rule": (1393, 0.665, 0.570, 0.764),
+    "combined": (1454, 0.733, 0.649, 0.813),
+    "fn_probability": (447, 0.841, 0.740, 0.928),
+}
+DL19_WHAT = "TREC-DL19 deep judgments (2,064 negatives of 43 queries, all-MiniLM-L6-v2)"
 
 
 @dataclass(frozen=True)
@@ -115,15 +153,18 @@ class SuspicionInputs:
     position: np.ndarray | None = None  # 0-based position of the negative in its record
 
 
-def _positive_aware(x: SuspicionInputs, s: SuspicionSettings) -> np.ndarray | None:
-    if x.s_qp is None or x.s_qn is None or s.rule != "positive_aware":
-        return None
-    return positive_aware(x.s_qp, x.s_qn, s.alpha)
+def combined_logit(detector: CombinedDetector, x: np.ndarray) -> np.ndarray:
+    """The detector's logit z = b + Σ_j w_j (x_j − μ_j)/σ_j ∈ (−∞, ∞) (its probability is σ(z))."""
+    standard = (np.asarray(x, dtype=np.float64) - np.asarray(detector.mean)) / np.asarray(detector.scale)
+    return np.asarray(standard @ np.asarray(detector.coef) + detector.intercept)
 
 
-def _combined(x: SuspicionInputs, s: SuspicionSettings) -> np.ndarray | None:
-    if s.rule != "combined" or x.s_qp is None or x.s_qn is None or x.s_pn is None:
-        return None
+def fn_probability(z: np.ndarray, a: float = PLATT_A, b: float = PLATT_B) -> np.ndarray:
+    """Calibrated p(false negative) = σ(a·z + b) ∈ (0, 1) from the detector's logit z."""
+    return np.asarray(1.0 / (1.0 + np.exp(-(a * np.asarray(z, dtype=np.float64) + b))))
+
+
+def _features(x: SuspicionInputs) -> np.ndarray:
     n = len(x.neg_texts)
     frame = pd.DataFrame(
         {
@@ -134,7 +175,26 @@ def _combined(x: SuspicionInputs, s: SuspicionSettings) -> np.ndarray | None:
             "position": np.zeros(n) if x.position is None else x.position,
         }
     )
-    return load_combined().predict(features(frame))
+    return features(frame)
+
+
+def probabilities(x: SuspicionInputs) -> np.ndarray | None:
+    """``fn_probability`` per negative (None without the encoder's scores)."""
+    if x.s_qp is None or x.s_qn is None or x.s_pn is None:
+        return None
+    return fn_probability(combined_logit(load_combined(), _features(x)))
+
+
+def _positive_aware(x: SuspicionInputs, s: SuspicionSettings) -> np.ndarray | None:
+    if x.s_qp is None or x.s_qn is None or s.rule != "positive_aware":
+        return None
+    return positive_aware(x.s_qp, x.s_qn, s.alpha)
+
+
+def _combined(x: SuspicionInputs, s: SuspicionSettings) -> np.ndarray | None:
+    if s.rule != "combined" or x.s_qp is None or x.s_qn is None or x.s_pn is None:
+        return None
+    return load_combined().predict(_features(x))
 
 
 def _near_duplicate(x: SuspicionInputs, s: SuspicionSettings) -> np.ndarray | None:
@@ -170,7 +230,8 @@ def get_reason(name: str) -> Callable[[SuspicionInputs, SuspicionSettings], np.n
 def suspect_negatives(x: SuspicionInputs, settings: SuspicionSettings = SuspicionSettings()) -> pd.DataFrame:
     """One row per negative: ``fn_<reason>`` for every reason (nullable boolean, NA where the reason
     could not be checked), ``fn_reasons`` (the reasons that hold, joined by ``;`` in :data:`REASONS`
-    order, empty when none) and ``fn_suspect`` (any checked reason holds)."""
+    order, empty when none), ``fn_suspect`` (any checked reason holds) and ``fn_probability``
+    (:func:`fn_probability`, float, NaN without the encoder)."""
     n = len(x.neg_texts)
     frame = pd.DataFrame(index=pd.RangeIndex(n))
     hits = np.zeros((n, len(REASONS)), dtype=bool)
@@ -186,6 +247,8 @@ def suspect_negatives(x: SuspicionInputs, settings: SuspicionSettings = Suspicio
     joined = np.asarray([";".join(names[row]) for row in patterns], dtype=object)
     frame["fn_reasons"] = joined[np.asarray(which).reshape(-1)] if n else np.asarray([], dtype=object)
     frame["fn_suspect"] = hits.any(axis=1)
+    prob = probabilities(x)
+    frame["fn_probability"] = np.full(n, np.nan) if prob is None else prob
     return frame
 
 

@@ -19,9 +19,9 @@ from typing import Any
 
 from transferdx.inputs.reading import RecordBuilder, parse_slice, require_path
 from transferdx.inputs.records import LoadResult
-from transferdx.inputs.registry import Format, Shape, register
-from transferdx.inputs.rows import Row, RowReader, cell_scores, cell_text, cell_texts
-from transferdx.inputs.tables import Plan, read_table
+from transferdx.inputs.registry import Cleaning, Format, Rewritten, RowChange, Shape, kept_cells, register
+from transferdx.inputs.rows import Row, RowReader, cell_list, cell_scores, cell_text, cell_texts
+from transferdx.inputs.tables import Plan, Table, read_table
 
 
 def _plan(columns: Sequence[str]) -> Plan:
@@ -84,10 +84,59 @@ def load_flagembedding(
     )
 
 
+def _write(table: Table, plan: Plan, cleaning: Cleaning, source: str | None) -> Rewritten:
+    """A line's ``neg`` keeps the negatives the cleaned record still holds (``trimmed`` when some
+    went); a relabeled negative moves to the end of ``pos`` (its score to ``pos_scores``); a line
+    left with no negative (FlagEmbedding samples from ``neg``, so it needs one) takes the query's
+    other kept negatives, or the next query's (``refilled`` / ``borrowed``)."""
+    out: list[dict[str, Any]] = []
+    changes: list[RowChange] = []
+    skipped = 0
+    text_cells = table.cells_are_text
+    moved_done: set[tuple[str, str]] = set()
+    for line, row in zip(table.lines, table.rows, strict=True):
+        query = cleaning.by_query.get((str(source), str(row.get("query"))))
+        if line in cleaning.skip_lines or query is None:
+            skipped += 1  # excluded on reading: in the exclusion log
+            continue
+        neg = cell_texts(row, "neg", text_cells)
+        keep = kept_cells(neg, query.record.negatives)
+        n_lost = keep.count(False)
+        if n_lost == 0:
+            out.append(dict(row))
+            continue
+        qid = query.record.qid
+        new = dict(row)
+        neg_s = cell_list(row, "neg_scores", text_cells) if plan["scores"] else [None] * len(neg)
+        own = dict(zip(neg, neg_s, strict=False))
+        moved = [p for p in query.added if p.text in neg and (qid, p.text) not in moved_done]
+        moved_done.update((qid, p.text) for p in moved)
+        if moved:
+            new["pos"] = [*cell_texts(row, "pos", text_cells), *(p.text for p in moved)]
+            if plan["scores"]:
+                new["pos_scores"] = [*cell_list(row, "pos_scores", text_cells), *(own[p.text] for p in moved)]
+        kept = [(t, own.get(t)) for t, k in zip(neg, keep, strict=True) if k]
+        change = "relabeled" if moved else "trimmed"
+        if not kept:
+            fill = query.fill
+            change = "borrowed" if query.borrowed and not query.record.negatives else "refilled"
+            kept = [(p.text, own.get(p.text, p.score)) for p in fill]
+            if not kept:
+                changes.append(RowChange(line, qid, "unwritable", n_lost))
+                continue
+        new["neg"] = [t for t, _ in kept]
+        if plan["scores"]:
+            new["neg_scores"] = [s for _, s in kept]
+        out.append(new)
+        changes.append(RowChange(line, qid, change, n_lost))
+    return Rewritten(list(table.columns), out, changes, skipped)
+
+
 register(
     Format(
         "flagembedding",
         read=load_flagembedding,
+        write=_write,
         shape=Shape("query, pos, neg (lists of texts) [, pos_scores, neg_scores]", _detect, FLAGEMBEDDING.read),
     )
 )

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from transferdx import display
+
 POLICIES = ("raise", "skip")
 KINDS = ("genuine", "control")
 # A negative whose text equals one of the record's positives is an error, except when the source
@@ -196,6 +198,13 @@ class LoadResult:
     @property
     def sources(self) -> list[str]:
         return sorted({r.source for r in self.records} | {e.source for e in self.exclusions if e.source})
+
+    def __repr__(self) -> str:  # a few lines (transferdx.display), not every record
+        return display.load_repr(display.source_counts(self.records, self.exclusions))
+
+    def _repr_markdown_(self) -> str:
+        first = [f"{e.file}:{e.line}: field '{e.field}': {e.reason}" for e in self.exclusions[:5]]
+        return display.load_markdown(display.source_counts(self.records, self.exclusions), first)
 
 
 def sample_queries(loaded: LoadResult, fraction: float, seed: int = 0) -> tuple[LoadResult, int]:

@@ -7,7 +7,8 @@ the demo in :mod:`transferdx.sources.demo`) registers a :class:`Format` under it
 can do: ``read`` (records from a path: ``format=<name>``), ``shape`` (recognised by a table's
 columns), ``claims`` (a file or folder it reads whole, before any table is read), ``query_set``
 (queries, positives and a pool to build sources from) with ``recognises`` (a folder it is), and
-``corpus`` (passage texts for an external IDF corpus). ``names`` are words that stand for the input
+``corpus`` (passage texts for an external IDF corpus), ``write`` (a table's rows after cleaning, in
+its own shape: :func:`rewrite`). ``names`` are words that stand for the input
 when given instead of a path (``"demo"``). Register, don't branch: an unknown name is a
 ``ValueError`` listing the valid ones. Importing :mod:`transferdx.inputs` registers the families
 in the order below, which is also the order in which detectors are tried (the first accepts).
@@ -28,7 +29,7 @@ source per recognised file, with its ``descriptors.json`` / ``false_negatives.js
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ from typing import Any
 import pandas as pd
 
 from transferdx.inputs.reading import RecordBuilder, read_sidecars
-from transferdx.inputs.records import InputError, LoadResult, QuerySet, Record
+from transferdx.inputs.records import InputError, LoadResult, Passage, QuerySet, Record
 from transferdx.inputs.tables import (
     Plan,
     Table,
@@ -75,6 +76,8 @@ class Format:
     recognises: Callable[[Path], bool] | None = None
     corpus: Callable[[str], list[str]] | None = None
     names: tuple[str, ...] = ()
+    # (table, plan, Cleaning, source) → Rewritten: the table's rows after cleaning, in its own shape
+    write: Callable[..., Any] | None = None
 
 
 FORMATS: dict[str, Format] = {}
@@ -283,3 +286,134 @@ def read_corpus(format: str, path: str | Path) -> list[str]:
     """The passage texts of an external IDF corpus (``beir``, ``tsv``, ``records``)."""
     texts: list[str] = _reader(format, "corpus")(str(path))
     return texts
+
+
+# ---------------------------------------------------------------------------------------------
+# Writers: a cleaned copy in the input's own shape (each family's ``write``)
+# ---------------------------------------------------------------------------------------------
+
+BORROWED_RELATION = "borrowed_negative"  # a negative lent by the next query (a query left with none)
+
+
+@dataclass(frozen=True)
+class CleanedQuery:
+    """One record after cleaning, as the writers need it: ``record`` (its positives, relabeled ones
+    after p0, and the negatives kept), ``added`` (the negatives relabeled as positives) and
+    ``borrowed`` (when no negative is left: the kept negatives of the next query of the source, in
+    file order, marked :data:`BORROWED_RELATION`; empty when no query of the source keeps one)."""
+
+    record: Record
+    added: tuple[Passage, ...] = ()
+    borrowed: tuple[Passage, ...] = ()
+
+    @property
+    def fill(self) -> tuple[Passage, ...]:
+        """What a negative slot is filled from: the kept negatives, else the borrowed ones."""
+        return self.record.negatives or self.borrowed
+
+
+@dataclass(frozen=True)
+class Cleaning:
+    """The cleaned queries of one input, looked up the way each family's rows name them:
+    ``by_qid[(source, qid)]`` (records rows) and ``by_query[(source, query text)]`` (row shapes);
+    ``skip_lines``: the table lines the reader excluded (never written: already in the exclusion log)."""
+
+    by_qid: Mapping[tuple[str, str], CleanedQuery]
+    by_query: Mapping[tuple[str, str], CleanedQuery]
+    skip_lines: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True)
+class RowChange:
+    """A row the cleaning changed: its table line (None for an added row), qid, ``change``
+    (:data:`ROW_CHANGES`) and the negatives it lost."""
+
+    line: int | None
+    qid: str
+    change: str
+    n_lost: int = 0
+    detail: str = ""
+
+
+# refilled: lost negatives, slots refilled from the query's other kept negatives; repeated: too few
+# kept negatives, the row's own repeated; borrowed: the query kept none, slots hold the next query's;
+# dropped: row left out (its pair keeps other rows, or a removed negative's labeled row);
+# relabeled: a negative became a positive in the row; added: a new row for a relabeled positive;
+# trimmed: lost negatives where the format takes any number (a list); unwritable: no negative anywhere
+ROW_CHANGES = ("refilled", "repeated", "borrowed", "dropped", "relabeled", "added", "trimmed", "unwritable")
+
+
+@dataclass(frozen=True)
+class Rewritten:
+    """A table's rows after cleaning (the input's columns, in order) and what changed."""
+
+    columns: list[str]
+    rows: list[dict[str, Any]]
+    changes: list[RowChange]
+    skipped: int = 0  # rows not written because the reader excluded them (in the exclusion log)
+
+
+def kept_cells(texts: Sequence[str], kept: Sequence[Passage]) -> list[bool]:
+    """Which of a row's negative cells stay: a cell stays while the cleaned record still holds its
+    text (a text repeated within the row at most as often as the record holds it)."""
+    allowed: dict[str, int] = {}
+    for n in kept:
+        allowed[n.text] = allowed.get(n.text, 0) + 1
+    used: dict[str, int] = {}
+    out = []
+    for t in texts:
+        used[t] = used.get(t, 0) + 1
+        out.append(used[t] <= allowed.get(t, 0))
+    return out
+
+
+def fill_slots(kept: Sequence[Passage], k: int, query: CleanedQuery) -> tuple[list[Passage], str]:
+    """``k`` negatives for a row that kept ``kept``: refilled, in order, from the query's kept
+    negatives not in the row; then the row's own repeated cyclically; a row with none left and a
+    query with none takes the borrowed ones (repeated when fewer). Returns the slots and the change
+    (``""`` when nothing was missing, else ``refilled`` / ``repeated`` / ``borrowed`` /
+    ``unwritable`` when there is nothing to fill from)."""
+    if len(kept) >= k:
+        return list(kept[:k]), ""
+    slots = list(kept)
+    change = "refilled"
+    if not query.record.negatives:
+        if not query.borrowed:
+            return [], "unwritable"
+        slots, change = [], "borrowed"
+    have = {p.text for p in slots}
+    for p in query.fill:
+        if len(slots) == k:
+            break
+        if p.text not in have:
+            slots.append(p)
+            have.add(p.text)
+    pool = list(slots)
+    i = 0
+    while len(slots) < k:
+        slots.append(pool[i % len(pool)])
+        i += 1
+        change = "repeated" if change == "refilled" else change
+    return slots, change
+
+
+def writer_for(columns: Sequence[str]) -> tuple[Format, Plan] | None:
+    """The first registered format with a writer whose detector accepts ``columns``, and its plan."""
+    for fmt in FORMATS.values():
+        plan = None if fmt.shape is None else fmt.shape.detect(columns)
+        if plan is not None and fmt.write is not None:
+            return fmt, plan
+    return None
+
+
+def rewrite(table: Table, cleaning: Cleaning, source: str | None) -> Rewritten:
+    """``table``'s rows after cleaning, in its own shape (the writer of the format whose detector
+    accepts its columns); ``source`` names the table's records (row shapes) when rows do not."""
+    found = detect_shape(table.columns)
+    chosen = writer_for(table.columns)
+    if found is None or chosen is None or found[0] is not chosen[0].shape:
+        raise ValueError(f"no writer for a table with columns {table.columns}; shapes: {shapes_help()}")
+    fmt, plan = chosen
+    assert fmt.write is not None
+    rewritten: Rewritten = fmt.write(table, plan, cleaning, source)
+    return rewritten

@@ -22,13 +22,23 @@ counted (``duplicate_negatives_kept``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from transferdx.inputs.reading import FieldProblem, RecordBuilder, require_path
-from transferdx.inputs.records import LoadResult
-from transferdx.inputs.registry import Format, Shape, register
+from transferdx.inputs.records import LoadResult, Passage
+from transferdx.inputs.registry import (
+    CleanedQuery,
+    Cleaning,
+    Format,
+    Rewritten,
+    RowChange,
+    Shape,
+    fill_slots,
+    kept_cells,
+    register,
+)
 from transferdx.inputs.rows import (
     Row,
     RowReader,
@@ -39,7 +49,15 @@ from transferdx.inputs.rows import (
     cell_text,
     cell_texts,
 )
-from transferdx.inputs.tables import Plan, form_of, is_saved_dataset, negative_columns, read_tab_lines, read_table
+from transferdx.inputs.tables import (
+    Plan,
+    Table,
+    form_of,
+    is_saved_dataset,
+    negative_columns,
+    read_tab_lines,
+    read_table,
+)
 
 ST = "sentence-transformers util.mine_hard_negatives output or an equivalent table"
 
@@ -198,10 +216,122 @@ LABELED_PAIR = RowReader(
     "the first document labelled 1",
 )
 
+
+# ---------------------------------------------------------------------------------------------
+# Writers: the cleaned copy in the table's own shape (design §3.9, cleaning)
+# ---------------------------------------------------------------------------------------------
+
+
+def _by_text(query: CleanedQuery) -> dict[str, Passage]:
+    return {p.text: p for p in (*query.borrowed, *query.record.negatives)}
+
+
+def _row_scores(row: Mapping[str, Any], plan: Plan, text_cells: bool, texts: Sequence[str]) -> dict[str, float]:
+    """The row's own score of each negative text (``scores`` = [positive, negatives...])."""
+    if not plan.get("scores"):
+        return {}
+    values = cell_list(row, "scores", text_cells)
+    return {t: float(v) for t, v in zip(texts, values[1:], strict=False)}
+
+
+def _slot_scores(positive: float | None, slots: Sequence[Passage], own: Mapping[str, float]) -> list[Any]:
+    return [positive, *[own.get(p.text, p.score) for p in slots]]
+
+
+def _write_slots(columns_of: Callable[[Mapping[str, Any]], list[str]]) -> Callable[..., Rewritten]:
+    """The writer of a fixed-slot shape (triplet: ``negative``; n-tuple: ``negative_1..n``).
+
+    Each row keeps its negatives the cleaned record still holds (:func:`kept_cells`); a row that lost
+    some has its slots filled by :func:`fill_slots` (the query's other kept negatives, then the row's
+    own repeated, then, for a query left with none, the next query's). A row that lost all its
+    negatives is left out (``dropped``) when another row of its (anchor, positive) pair keeps one. A
+    negative relabeled as a positive gets a row of its own after the row it was in (``added``)."""
+
+    def write(table: Table, plan: Plan, cleaning: Cleaning, source: str | None) -> Rewritten:
+        anchor, text_cells = plan["anchor"], table.cells_are_text
+        rows: list[tuple[int, Mapping[str, Any], CleanedQuery, list[str], list[bool]]] = []
+        pairs_kept: set[tuple[str, str]] = set()
+        skipped = 0
+        for line, row in zip(table.lines, table.rows, strict=True):
+            query = cleaning.by_query.get((str(source), str(row.get(anchor))))
+            if line in cleaning.skip_lines or query is None:
+                skipped += 1  # excluded on reading: in the exclusion log
+                continue
+            cols = columns_of(row)
+            keep = kept_cells([str(row[c]) for c in cols], query.record.negatives)
+            rows.append((line, row, query, cols, keep))
+            if any(keep):
+                pairs_kept.add((str(row[anchor]), str(row["positive"])))
+        out: list[dict[str, Any]] = []
+        changes: list[RowChange] = []
+        added: set[tuple[str, str]] = set()
+        for line, row, query, cols, keep in rows:
+            texts = [str(row[c]) for c in cols]
+            qid, pair, n_lost = query.record.qid, (str(row[anchor]), str(row["positive"])), keep.count(False)
+            own = _row_scores(row, plan, text_cells, texts)
+            positive = cell_list(row, "scores", text_cells)[0] if plan.get("scores") else None
+            if n_lost == 0:
+                out.append(dict(row))
+            elif not any(keep) and pair in pairs_kept:
+                changes.append(RowChange(line, qid, "dropped", n_lost, "its (anchor, positive) pair keeps other rows"))
+            else:
+                lookup = _by_text(query)
+                kept = [lookup[t] for t, k in zip(texts, keep, strict=True) if k]
+                slots, change = fill_slots(kept, len(cols), query)
+                changes.append(RowChange(line, qid, change, n_lost))
+                if change == "unwritable":
+                    continue
+                pairs_kept.add(pair)
+                new = dict(row) | {c: p.text for c, p in zip(cols, slots, strict=True)}
+                if plan.get("scores"):
+                    new["scores"] = _slot_scores(positive, slots, own)
+                out.append(new)
+            for moved in query.added:
+                if moved.text in texts and (qid, moved.text) not in added:
+                    added.add((qid, moved.text))
+                    slots, change = fill_slots([], len(cols), query)
+                    if change == "unwritable":
+                        changes.append(RowChange(None, qid, "unwritable", 0, f"relabeled positive {moved.id}"))
+                        continue
+                    new = dict(row) | {"positive": moved.text} | {c: p.text for c, p in zip(cols, slots, strict=True)}
+                    if plan.get("scores"):
+                        new["scores"] = _slot_scores(own.get(moved.text, moved.score), slots, own)
+                    out.append(new)
+                    changes.append(RowChange(None, qid, "added", 0, f"relabeled positive {moved.id} ({change})"))
+        return Rewritten(list(table.columns), out, changes, skipped)
+
+    return write
+
+
+def _write_labeled_pair(table: Table, plan: Plan, cleaning: Cleaning, source: str | None) -> Rewritten:
+    """``anchor, positive, label``: a label-0 row stays while the cleaned record holds its document,
+    becomes label 1 when it was relabeled (``relabeled``), else is left out (``dropped``); a query
+    left without negatives keeps its label-1 rows (anchor-positive pairs: the shape allows it)."""
+    out: list[dict[str, Any]] = []
+    changes: list[RowChange] = []
+    skipped = 0
+    for line, row in zip(table.lines, table.rows, strict=True):
+        query = cleaning.by_query.get((str(source), str(row.get(plan["anchor"]))))
+        if line in cleaning.skip_lines or query is None:
+            skipped += 1  # excluded on reading: in the exclusion log
+            continue
+        label, doc = row.get("label"), str(row["positive"])
+        if cell_label(label, "label") == 1 or kept_cells([doc], query.record.negatives)[0]:
+            out.append(dict(row))
+        elif doc in {p.text for p in query.added}:
+            one = ("1.0" if "." in label else "1") if isinstance(label, str) else type(label)(1)
+            out.append(dict(row) | {"label": one})
+            changes.append(RowChange(line, query.record.qid, "relabeled", 1))
+        else:
+            changes.append(RowChange(line, query.record.qid, "dropped", 1, "its negative was removed"))
+    return Rewritten(list(table.columns), out, changes, skipped)
+
+
 register(
     Format(
         "ntuple",
         read=load_ntuple,
+        write=_write_slots(negative_columns),
         shape=Shape(
             "anchor|query|question, positive, negative_1..negative_n [, scores] [, qid]", _detect_ntuple, NTUPLE.read
         ),
@@ -209,7 +339,9 @@ register(
 )
 register(
     Format(
-        "triplet", shape=Shape("anchor|query|question, positive, negative [, scores]", _detect_triplet, TRIPLET.read)
+        "triplet",
+        shape=Shape("anchor|query|question, positive, negative [, scores]", _detect_triplet, TRIPLET.read),
+        write=_write_slots(lambda row: ["negative"]),
     )
 )
 register(
@@ -228,5 +360,6 @@ register(
         shape=Shape(
             "anchor|query|question, positive (one document), label (1/0)", _detect_labeled_pair, LABELED_PAIR.read
         ),
+        write=_write_labeled_pair,
     )
 )

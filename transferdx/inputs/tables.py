@@ -21,6 +21,8 @@ from __future__ import annotations
 import csv
 import gzip
 import hashlib
+import io
+import json
 import math
 import re
 import sys
@@ -56,6 +58,8 @@ SIDECAR_FILES = {
     "exclusions.csv",
     "removed.csv",
     "emptied.csv",
+    "review.csv",
+    "rows.csv",
     "clean.json",
 }
 ANCHORS = ("anchor", "query", "question")  # the query column's names, in the order they are tried
@@ -393,3 +397,130 @@ def read_tab_lines(path: Path, builder: RecordBuilder, header: bool | None = Non
     bad += builder.unreadable
     columns = max((list(r) for r in rows), key=len, default=["query", "positive", "negative_1"])
     return Table(str(path), "tsv", columns, rows, lines, True, file_hash(path), bad)
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing rows back in a table's own form (the cleaned copy)
+# ---------------------------------------------------------------------------------------------
+
+
+def storage_form(path: Path) -> str | None:
+    """How a table is stored: ``save_to_disk``, or :func:`form_of` with ``.gz`` for a gzipped text form."""
+    if is_saved_dataset(path):
+        return "save_to_disk"
+    form = form_of(path)
+    return f"{form}.gz" if form in TEXT_FORMS.values() and is_gzip(path) else form
+
+
+def _cell(value: Any) -> str:
+    """A CSV/TSV cell: text as it is, a list or an object as JSON (what the readers parse back)."""
+    if value is None:
+        return ""
+    if isinstance(value, list | dict):
+        return json.dumps(value, ensure_ascii=False)
+    return str(value)
+
+
+def _text_bytes(columns: Sequence[str], rows: Sequence[Mapping[str, Any]], form: str) -> bytes:
+    if form == "jsonl":
+        return "".join(json.dumps(dict(r), ensure_ascii=False) + "\n" for r in rows).encode("utf-8")
+    if form == "json":
+        return (json.dumps([dict(r) for r in rows], ensure_ascii=False) + "\n").encode("utf-8")
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, delimiter="," if form == "csv" else "\t", lineterminator="\n")
+    writer.writerow(columns)
+    writer.writerows([[_cell(r.get(c)) for c in columns] for r in rows])
+    return buffer.getvalue().encode("utf-8")
+
+
+def _arrow(columns: Sequence[str], rows: Sequence[Mapping[str, Any]], like: Path | None) -> Any:
+    """The rows as an Arrow table with the input's schema when it has one (types and order kept)."""
+    import pyarrow as pa
+
+    schema = None
+    if like is not None and form_of(like) == "parquet":
+        import pyarrow.parquet as pq
+
+        schema = pq.read_schema(like)
+    elif like is not None and form_of(like) == "arrow":
+        schema = _read_arrow(like).schema
+    data = [{c: r.get(c) for c in columns} for r in rows]
+    if schema is not None:
+        try:
+            return pa.Table.from_pylist(data, schema=schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            pass  # a value of another type than the input's (a score where none was): infer
+    return pa.Table.from_pylist(data).select(list(columns))
+
+
+def rows_dataset(
+    columns: Sequence[str],
+    rows: Sequence[Mapping[str, Any]],
+    form: str | None,
+    like: Path | None = None,
+    split: str | None = None,
+) -> Any:
+    """The rows as a ``datasets.Dataset`` with the columns (and, where the input has them, the
+    features) a user gets loading the written file: a CSV/TSV as ``load_dataset("csv")`` reads it
+    (through pandas), a ``save_to_disk`` folder with its features, any other form with its schema."""
+    import datasets
+
+    if form is not None and form.split(".")[0] in ("csv", "tsv"):
+        import pandas as pd
+
+        sep = "," if form.startswith("csv") else "\t"
+        frame = pd.read_csv(io.BytesIO(_text_bytes(columns, rows, form.split(".")[0])), sep=sep)
+        return datasets.Dataset.from_pandas(frame, preserve_index=False)
+    if form == "save_to_disk" and like is not None:
+        features = _load_from_disk(like, split).features
+        data = {c: [r.get(c) for r in rows] for c in columns}
+        return datasets.Dataset.from_dict(data, features=features)
+    if form in ("parquet", "arrow"):
+        return datasets.Dataset(_arrow(columns, rows, like))
+    return datasets.Dataset.from_dict({c: [r.get(c) for r in rows] for c in columns})
+
+
+def write_rows(
+    columns: Sequence[str],
+    rows: Sequence[Mapping[str, Any]],
+    dest: Path,
+    form: str,
+    like: Path | None = None,
+    split: str | None = None,
+) -> Path:
+    """Write rows at ``dest`` in ``form`` (:func:`storage_form`: ``jsonl``, ``json``, ``csv``,
+    ``tsv`` and their ``.gz``, ``parquet``, ``arrow``, ``save_to_disk``), columns in order; ``like``:
+    the input, whose schema / features (and, for a ``DatasetDict``, other splits) are kept. Text
+    forms are byte-stable (gzip without a timestamp)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    base = form.removesuffix(".gz")
+    if base in TEXT_FORMS.values():
+        data = _text_bytes(columns, rows, base)
+        if form.endswith(".gz"):
+            data = gzip.compress(data, mtime=0)
+        tmp = dest.with_name(dest.name + ".tmp")
+        tmp.write_bytes(data)
+        tmp.replace(dest)
+    elif form == "parquet":
+        import pyarrow.parquet as pq
+
+        pq.write_table(_arrow(columns, rows, like), dest)
+    elif form == "arrow":
+        import pyarrow as pa
+
+        table = _arrow(columns, rows, like)
+        with pa.OSFile(str(dest), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+    elif form == "save_to_disk":
+        import datasets
+
+        data = rows_dataset(columns, rows, form, like, split)
+        original = datasets.load_from_disk(str(like)) if like is not None else None
+        if isinstance(original, datasets.DatasetDict):
+            splits = dict(original)
+            splits[split or "train"] = data
+            data = datasets.DatasetDict(splits)
+        data.save_to_disk(str(dest))
+    else:
+        raise ValueError(f"cannot write a table as {form!r}")
+    return dest

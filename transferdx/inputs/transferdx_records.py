@@ -32,7 +32,7 @@ from transferdx.inputs.reading import (
     read_sidecars,
 )
 from transferdx.inputs.records import InputError, LoadResult, Passage, Record, text_id
-from transferdx.inputs.registry import Format, Shape, register
+from transferdx.inputs.registry import Cleaning, Format, Rewritten, RowChange, Shape, register
 from transferdx.inputs.rows import table_input
 from transferdx.inputs.tables import Plan, Table, folder_members
 
@@ -231,6 +231,55 @@ def _read_table(table: Table, builder: RecordBuilder, source: str | None, plan: 
     return builder.result
 
 
+def _items(original: Any, passages: Sequence[Passage], text_cells: bool) -> Any:
+    """Passages as the input gave them: bare texts when its list held texts, else objects (a list
+    printed into a CSV cell is written as JSON)."""
+    items = original
+    if text_cells and isinstance(original, str):
+        from transferdx.inputs.rows import parse_list_cell
+
+        try:
+            items = parse_list_cell(original)
+        except ValueError:
+            items = []
+    bare = bool(items) and all(isinstance(i, str) for i in items)
+    return [p.text if bare else p.to_dict() for p in passages]
+
+
+def _write(table: Table, plan: Plan, cleaning: Cleaning, source: str | None) -> Rewritten:
+    """Each row is its cleaned record (positives, relabeled ones after p0; the negatives kept, or,
+    for a record left with none, the next record's marked ``borrowed_negative``); other columns as
+    they were."""
+    out: list[dict[str, Any]] = []
+    changes: list[RowChange] = []
+    skipped = 0
+    for line, row in zip(table.lines, table.rows, strict=True):
+        key = (str(row.get("source", source)), str(row.get("qid")))
+        query = cleaning.by_qid.get(key)
+        if line in cleaning.skip_lines or query is None:
+            skipped += 1  # excluded on reading: in the exclusion log
+            continue
+        rec = query.record
+        originals = row.get("negatives")
+        n_in = len(originals) if isinstance(originals, list) else len(_items(originals, rec.negatives, True))
+        n_lost = max(0, n_in - len(rec.negatives))
+        if n_lost == 0 and not query.added:
+            out.append(dict(row))
+            continue
+        if not query.fill:
+            changes.append(RowChange(line, rec.qid, "unwritable", n_lost))
+            continue
+        text_cells = table.cells_are_text
+        new = dict(row) | {
+            "positives": _items(row.get("positives"), rec.positives, text_cells),
+            "negatives": _items(originals, query.fill, text_cells),
+        }
+        out.append(new)
+        change = "borrowed" if not rec.negatives else ("relabeled" if query.added else "trimmed")
+        changes.append(RowChange(line, rec.qid, change, n_lost))
+    return Rewritten(list(table.columns), out, changes, skipped)
+
+
 def _corpus(path: str) -> list[str]:
     """The unique passage texts (positives and negatives) of a records file or folder, sorted."""
     return sorted({p.text for r in read_records(path).records for p in (*r.positives, *r.negatives)})
@@ -242,6 +291,7 @@ register(
         read=_read,
         shape=Shape("qid, query, positives, negatives (lists of {id, text})", _detect, _read_table, True),
         claims=_claims,
+        write=_write,
         corpus=_corpus,
     )
 )

@@ -1,6 +1,8 @@
 """The clean verb (design §3.9): load the records, audit them when no audit is given, and write a
-copy with the suspected false negatives removed or relabeled (:mod:`transferdx.cleaning` holds the
-pure core and :class:`CleanResult`)."""
+copy, in the input's own shape and file format, with the suspected false negatives removed or
+relabeled (:mod:`transferdx.cleaning` holds the pure core and :class:`CleanResult`; each format
+family's writer, :func:`transferdx.inputs.registry.rewrite`, turns the cleaned queries back into
+the input's rows)."""
 
 from __future__ import annotations
 
@@ -12,43 +14,132 @@ from typing import Any
 import pandas as pd
 
 from transferdx.auditing.result import Audit
-from transferdx.cleaning import RELABELED_RELATION, CleanResult, clean_records, reasons_of
-from transferdx.diagnostics.suspicion import REASONS, TEXT_REASONS
+from transferdx.cleaning import (
+    PROBABILITY_REASON,
+    RELABELED_RELATION,
+    ROWS_COLUMNS,
+    CleanResult,
+    CopyTable,
+    checked_reasons,
+    clean_records,
+    reasons_of,
+    review_table,
+    unchecked_why,
+)
+from transferdx.diagnostics.suspicion import TEXT_REASONS
+from transferdx.inputs.reading import RecordBuilder, artifact_name
 from transferdx.inputs.records import LoadResult, Record
+from transferdx.inputs.registry import CleanedQuery, Cleaning, rewrite, writer_for
+from transferdx.inputs.tables import (
+    dataset_table,
+    folder_members,
+    frame_table,
+    is_saved_dataset,
+    read_table,
+    source_stem,
+    storage_form,
+)
 from transferdx.pipeline.auditing import audit
 from transferdx.pipeline.encoders import EncoderLike
 from transferdx.pipeline.loading import load
 from transferdx.pipeline.settings import AuditOptions
 
+ROW_EXCLUSION_UNITS = ("record", "line")  # exclusions that leave a whole table row out
 
-def _output_plan(data: Any, format: str, loaded: LoadResult) -> dict[str, Any]:
-    """How the copy is written and whether that is the input's own format (never pretended): only
-    what the records reader read (``input.format == "records"`` in every source's descriptor) is."""
-    is_path = isinstance(data, str | Path) and Path(str(data)).exists()
-    forms = sorted({str(d.get("input", {}).get("format", "?")) for d in loaded.descriptors.values()})
-    if is_path and format == "records" and forms == ["records"]:
-        path = Path(str(data))
-        plan: dict[str, Any]
-        if path.is_file():
-            plan = {"file_name": path.name, "output_format": "records JSONL (one file, named as the input)"}
-        else:
-            plan = {"file_name": None, "output_format": "records JSONL folder (one <source>.jsonl per source)"}
-        return plan | {"input_format": "records", "faithful": True, "note": ""}
-    if is_path:
-        what = f"input {', '.join(forms) if format == 'records' else repr(format)}"
-        format = "; ".join(forms) if format == "records" else format
-    elif isinstance(data, str) and data == "demo":
-        what, format = "the embedded demo", "demo"
-    else:
-        what, format = f"in-memory input ({type(data).__name__})", "in_memory"
-    note = f"{what} cannot be written back in its own format yet; the copy is records JSONL"
+
+def _cleaning(queries: Sequence[CleanedQuery], skip: frozenset[int] = frozenset()) -> Cleaning:
+    return Cleaning(
+        {(q.record.source, q.record.qid): q for q in queries},
+        {(q.record.source, q.record.query): q for q in queries},
+        skip,
+    )
+
+
+def _skip_lines(loaded: LoadResult, label: str) -> frozenset[int]:
+    """The lines of ``label`` (a file as the exclusion log names it) the reader left out whole."""
+    return frozenset(
+        int(e.line) for e in loaded.exclusions if e.file == label and e.unit in ROW_EXCLUSION_UNITS and e.line.isdigit()
+    )
+
+
+def _source_of(loaded: LoadResult, member: Path, given: str | None) -> str:
+    if given:
+        return given
+    for name, desc in loaded.descriptors.items():
+        if isinstance(desc.get("input"), Mapping) and desc["input"].get("file") == member.name:
+            return name
+    return source_stem(member)
+
+
+def _copy_tables(
+    data: Any, format: str, source: str | None, loaded: LoadResult, queries: Sequence[CleanedQuery]
+) -> tuple[list[CopyTable], str]:
+    """The input's own tables rewritten (empty, with the reason, when it cannot be: records in
+    memory, the demo, a reader chosen by name)."""
+    if isinstance(data, pd.DataFrame) or (hasattr(data, "column_names") and hasattr(data, "map")):
+        if not isinstance(data, pd.DataFrame) and isinstance(data.column_names, dict):
+            return [], "a DatasetDict in memory is written as records JSONL (pass its split)"
+        in_frame = isinstance(data, pd.DataFrame)
+        table = frame_table(data) if in_frame else dataset_table(data, "<Dataset>", "Dataset")
+        if writer_for(table.columns) is None:
+            return [], f"a table with columns {table.columns} has no writer"
+        name = source or ("dataframe" if in_frame else "dataset")
+        form = "DataFrame" if in_frame else "Dataset"
+        cleaning = _cleaning(queries, _skip_lines(loaded, table.file))
+        rewritten = rewrite(table, cleaning, name)
+        return [CopyTable(f"{name}.parquet" if in_frame else name, form, rewritten, n_rows_in=len(table.rows))], ""
+    if format != "records" or not isinstance(data, str | Path) or not Path(str(data)).exists():
+        what = "the embedded demo" if str(data) == "demo" else f"in-memory input ({type(data).__name__})"
+        if format != "records":
+            what = f"input read by the {format!r} reader"
+        return [], f"{what} cannot be written back in its own format; the copy is records JSONL"
+    path = Path(str(data))
+    members = [path] if path.is_file() or is_saved_dataset(path) else folder_members(path)
+    out = []
+    for member in members:
+        builder = RecordBuilder(member, "skip")
+        table = read_table(member, builder)
+        if writer_for(table.columns) is None:
+            return [], f"{member.name} (columns {table.columns}) has no writer; the copy is records JSONL"
+        form = storage_form(member)
+        if form is None:
+            return [], f"{member.name} has no recognised form; the copy is records JSONL"
+        cleaning = _cleaning(queries, _skip_lines(loaded, artifact_name(member)))
+        rewritten = rewrite(table, cleaning, _source_of(loaded, member, source))
+        n_in = len(table.rows) + table.n_unreadable
+        out.append(CopyTable(member.name, form, rewritten, member, None, n_in, table.n_unreadable))
+    return out, ""
+
+
+def _rows_frame(tables: Sequence[CopyTable]) -> pd.DataFrame:
+    rows = [(t.name, c.line, c.qid, c.change, c.n_lost, c.detail) for t in tables for c in t.rewritten.changes]
+    return pd.DataFrame(rows, columns=ROWS_COLUMNS)
+
+
+def row_accounting(tables: Sequence[CopyTable]) -> dict[str, Any]:
+    """Rows in and out: read = written + excluded on reading + dropped − added; ``lost_negatives``:
+    input rows that lost at least one negative; ``by_change``: rows per change."""
+    changes = [c for t in tables for c in t.rewritten.changes]
+    by_change: dict[str, int] = {}
+    for c in changes:
+        by_change[c.change] = by_change.get(c.change, 0) + 1
     return {
-        "file_name": None,
-        "input_format": format,
-        "output_format": "records JSONL folder (one <source>.jsonl per source)",
-        "faithful": False,
-        "note": note,
+        "read": sum(t.n_rows_in for t in tables),
+        "written": sum(len(t.rewritten.rows) for t in tables),
+        "excluded_on_read": sum(t.rewritten.skipped + t.n_unreadable for t in tables),
+        "dropped": sum(_dropped(t) for t in tables),
+        "added": sum(_added(t) for t in tables),
+        "lost_negatives": sum(1 for c in changes if c.line is not None and c.n_lost > 0),
+        "by_change": dict(sorted(by_change.items())),
     }
+
+
+def _dropped(t: CopyTable) -> int:
+    return sum(1 for c in t.rewritten.changes if c.line is not None and c.change in ("dropped", "unwritable"))
+
+
+def _added(t: CopyTable) -> int:
+    return sum(1 for c in t.rewritten.changes if c.line is None and c.change == "added")
 
 
 def clean(
@@ -57,6 +148,7 @@ def clean(
     *,
     reasons: Sequence[str] | None = None,
     action: str = "remove",
+    min_probability: float | None = None,
     out: str | Path | None = None,
     encoder: EncoderLike | None = "minilm_l6",
     cache_dir: str | Path | None = None,
@@ -66,12 +158,15 @@ def clean(
     **overrides: Any,
 ) -> CleanResult:
     """Remove (``action="remove"``) or relabel as positives (``"relabel"``) the negatives suspected
-    of being false negatives for ``reasons`` (None: every reason the audit checked; see
-    :data:`transferdx.diagnostics.suspicion.REASONS`). ``records``: anything :func:`transferdx.load`
-    takes (``format``, ``source`` as there). ``audit_result``: an :class:`Audit` of the same records
-    or its per-negative frame; without it the records are audited here (``encoder``, ``options``
-    and keyword ``overrides`` as :func:`transferdx.audit`; no encoder when every reason asked for is
-    a text reason). With ``out`` the copy is written there (:meth:`CleanResult.save`)."""
+    of being false negatives for ``reasons`` (None: the high-precision
+    :data:`transferdx.cleaning.DEFAULT_REASONS` the audit checked) and, when the audit's frame has
+    ``fn_probability``, those with ``fn_probability ≥ min_probability`` (None: not used). The other
+    suspects are listed for review (``result.review``). ``records``: anything :func:`transferdx.load`
+    takes (``format``, ``source`` as there); a path or a table is written back in its own shape and
+    form (``result.to_dataset()``, ``result.save``). ``audit_result``: an :class:`Audit` of the same
+    records or its per-negative frame; without it the records are audited here (``encoder``,
+    ``options`` and keyword ``overrides`` as :func:`transferdx.audit`; no encoder when every reason
+    asked for is a text reason). With ``out`` the copy is written there (:meth:`CleanResult.save`)."""
     options = dataclasses.replace(options or AuditOptions(), **overrides)
     loaded = load(records, format=format, source=source, on_error=options.on_error)
     frame: pd.DataFrame
@@ -85,13 +180,50 @@ def clean(
     else:
         frame = audit_result.result.negatives if isinstance(audit_result, Audit) else audit_result
     chosen = reasons_of(frame, reasons)
-    cleaned, removed, emptied = clean_records(loaded.records, frame, reasons=chosen, action=action)
-    plan = _output_plan(records, format, loaded)
-    descriptor = _descriptor(loaded, frame, chosen, action, (cleaned, removed, emptied), plan, result)
-    done = CleanResult(_cleaned_copy(loaded, cleaned, descriptor), removed, emptied, descriptor, result)
+    queries, removed, emptied = clean_records(
+        loaded.records, frame, reasons=chosen, action=action, min_probability=min_probability
+    )
+    tables, note = _copy_tables(records, format, source, loaded, queries)
+    plan = _output_plan(records, tables, note)
+    review = review_table(loaded.records, frame, removed)
+    descriptor = _descriptor(loaded, frame, chosen, action, min_probability, (queries, removed, emptied), plan, result)
+    descriptor["n_review"] = len(review)
+    if tables:
+        descriptor["rows"] = row_accounting(tables)
+    done = CleanResult(
+        _cleaned_copy(loaded, queries, descriptor),
+        removed,
+        emptied,
+        descriptor,
+        result,
+        review,
+        _rows_frame(tables),
+        tuple(tables),
+    )
     if out is not None:
         done.save(out)
     return done
+
+
+def _output_plan(data: Any, tables: Sequence[CopyTable], note: str) -> dict[str, Any]:
+    """How the copy is written and whether that is the input's own shape and form (never pretended)."""
+    if tables:
+        forms = ", ".join(sorted({t.save_form() for t in tables}))
+        is_folder = isinstance(data, str | Path) and Path(str(data)).is_dir() and not is_saved_dataset(Path(str(data)))
+        return {
+            "file_name": None,
+            "input_is_folder": is_folder,
+            "output_format": f"the input's own shape and form ({forms}; {', '.join(t.name for t in tables)})",
+            "faithful": True,
+            "note": "",
+        }
+    return {
+        "file_name": None,
+        "input_is_folder": False,
+        "output_format": "records JSONL folder (one <source>.jsonl per source)",
+        "faithful": False,
+        "note": note,
+    }
 
 
 def _descriptor(
@@ -99,26 +231,32 @@ def _descriptor(
     frame: pd.DataFrame,
     chosen: Sequence[str],
     action: str,
-    outcome: tuple[list[Record], pd.DataFrame, pd.DataFrame],
+    min_probability: float | None,
+    outcome: tuple[list[CleanedQuery], pd.DataFrame, pd.DataFrame],
     plan: Mapping[str, Any],
     result: Audit | None,
 ) -> dict[str, Any]:
-    """What ``clean.json`` holds: action, reasons, counts in and out (``outcome``: cleaned records,
-    removed and emptied tables), the output ``plan``, and the audit's settings and suspicion summary
-    when the audit ran here."""
-    cleaned, removed, emptied = outcome
+    """What ``clean.json`` holds: action, reasons (acted on, checked, not checked and why), counts
+    in and out (``outcome``: cleaned queries, removed and emptied tables), the output ``plan``, and
+    the audit's settings and suspicion summary when the audit ran here."""
+    queries, removed, emptied = outcome
     counts = removed["action"].value_counts()
+    checked = checked_reasons(frame)
     descriptor: dict[str, Any] = {
         "action": action,
         "reasons": list(chosen),
-        "reasons_checked": [r for r in REASONS if r in reasons_of(frame, None)],
+        "min_probability": min_probability,
+        "probability_used": min_probability is not None and PROBABILITY_REASON in frame.columns,
+        "reasons_checked": checked,
+        "reasons_unchecked": unchecked_why(checked),
         "relabeled_relation": RELABELED_RELATION if action == "relabel" else None,
         "n_records_in": len(loaded.records),
         "n_negatives_in": sum(len(r.negatives) for r in loaded.records),
         "n_removed": int(counts.get("removed", 0)),
         "n_relabeled": int(counts.get("relabeled", 0)),
         "n_emptied": len(emptied),
-        "n_records_out": len(cleaned),
+        "n_borrowed": sum(1 for q in queries if q.borrowed),
+        "n_records_out": sum(1 for q in queries if q.fill),
         "n_excluded": len(loaded.exclusions),
         "measured_false_negatives_dropped": sorted(loaded.false_negatives),
         **plan,
@@ -129,16 +267,20 @@ def _descriptor(
     return descriptor
 
 
-def _cleaned_copy(loaded: LoadResult, cleaned: list[Record], descriptor: Mapping[str, Any]) -> LoadResult:
-    """The cleaned records with the input's exclusions and descriptors, each cleaned source's
-    descriptor noting how (action, reasons, relabeled relation)."""
+def _cleaned_copy(loaded: LoadResult, queries: Sequence[CleanedQuery], descriptor: Mapping[str, Any]) -> LoadResult:
+    """The records view of the copy (a record left without negatives with its borrowed ones; one
+    with none to borrow left out, listed in ``emptied``) with the input's exclusions and
+    descriptors, each cleaned source's descriptor noting how (action, reasons, relabeled relation)."""
+    records: list[Record] = [
+        dataclasses.replace(q.record, negatives=q.fill) if q.borrowed else q.record for q in queries if q.fill
+    ]
     out_loaded = LoadResult(
-        cleaned,
+        records,
         list(loaded.exclusions),
         {s: dict(d) for s, d in loaded.descriptors.items()},
         {},  # measured false negatives were counted before cleaning: not carried over
     )
-    summary = {k: descriptor[k] for k in ("action", "reasons", "relabeled_relation")}
-    for name in {r.source for r in cleaned}:
+    summary = {k: descriptor[k] for k in ("action", "reasons", "min_probability", "relabeled_relation")}
+    for name in {r.source for r in records}:
         out_loaded.describe(name, cleaned=summary)
     return out_loaded

@@ -8,13 +8,14 @@ run reads (:func:`load_inputs`, :func:`build_inputs`, :func:`source_records`, fr
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from transferdx.embed import EmbeddingCache
 from transferdx.inputs import registry
-from transferdx.inputs.records import LoadResult, QuerySet
+from transferdx.inputs.records import LoadResult, QuerySet, Record
 from transferdx.inputs.trec_dl import load_trec_dl
 from transferdx.pipeline.encoders import EncoderLike, make_encoder
 from transferdx.pipeline.settings import DEFAULT_SOURCES, InputSettings
@@ -28,6 +29,32 @@ from transferdx.sources.controls import CONTROLS
 # ---------------------------------------------------------------------------------------------
 
 
+LOADABLE = (
+    "a path (str or pathlib.Path), a list of paths, 'demo', a pandas.DataFrame, a datasets.Dataset or "
+    "DatasetDict, a LoadResult, or a list of Records"
+)
+
+
+def _is_path(value: Any) -> bool:
+    return isinstance(value, str | os.PathLike)
+
+
+def check_loadable(data: Any) -> None:
+    """TypeError, naming what :func:`load` takes, unless ``data`` is one of those (a list or tuple
+    holds only paths or only records)."""
+    if isinstance(data, list | tuple):
+        if not data:
+            raise ValueError("load got an empty list: give one or more paths")
+        kinds = {"path" if _is_path(d) else "record" if isinstance(d, Record) else type(d).__name__ for d in data}
+        if kinds in ({"path"}, {"record"}):
+            return
+        raise TypeError(f"load takes {LOADABLE}; got a {type(data).__name__} of {', '.join(sorted(kinds))}")
+    table = hasattr(data, "columns") or hasattr(data, "column_names")
+    if data is None or _is_path(data) or isinstance(data, LoadResult) or table:
+        return
+    raise TypeError(f"load takes {LOADABLE}; got {type(data).__name__}")
+
+
 def load(
     data: Any,
     *,
@@ -36,9 +63,13 @@ def load(
     on_error: str = "raise",
     **options: Any,
 ) -> LoadResult:
-    """Records to audit, from a path, the name ``"demo"``, a ``pandas.DataFrame``, a
-    ``datasets.Dataset`` (or ``DatasetDict``: ``split=``, default ``train``), or records already in
-    memory. ``on_error``: ``raise`` | ``skip`` (exclude and count).
+    """Records to audit, from a path (or a list of paths), the name ``"demo"``, a
+    ``pandas.DataFrame``, a ``datasets.Dataset`` (or ``DatasetDict``: ``split=``, default
+    ``train``), or records already in memory. ``on_error``: ``raise`` | ``skip`` (exclude and
+    count). Anything else is a ``TypeError`` naming what it takes.
+
+    A list (or tuple) of paths gives one result holding the sources of every input, in the order
+    given (:func:`load_many`), as a folder of those files would (without the folder's sidecars).
 
     A path (the default ``format="records"``) is recognised by its shape
     (:mod:`transferdx.inputs.registry`): a file or folder in JSONL, JSON, CSV, TSV, Parquet, Arrow, a
@@ -49,9 +80,42 @@ def load(
     overrides). DataFrames and Datasets go through the same shapes. Other ``format`` values name a
     registered reader: ``ntuple``, ``msmarco_triples``, ``flagembedding``, ``st_hard_negatives``,
     ``trec_dl``."""
+    check_loadable(data)
+    if isinstance(data, list | tuple) and all(_is_path(d) for d in data):
+        return load_many(data, format=format, source=source, on_error=on_error, **options)
     return registry.load(
         data, format=None if format == "records" else format, source=source, on_error=on_error, **options
     )
+
+
+def load_many(
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    format: str = "records",
+    source: str | None = None,
+    on_error: str = "raise",
+    **options: Any,
+) -> LoadResult:
+    """Several inputs (each anything :func:`load` takes as a path) as one :class:`LoadResult`: the
+    records, exclusions, descriptors and measured false negatives of each, in the order given. Each
+    input names its own sources (a file after its name), so ``source=`` is refused, and two inputs
+    giving a source of the same name are an error naming both (rename one, or give ``source=`` to
+    each in separate ``load`` calls and merge with ``LoadResult.extend``)."""
+    if source is not None:
+        raise ValueError("source= names the source of one input; with several, each is named after its file")
+    merged = LoadResult()
+    owner: dict[str, str] = {}
+    for path in paths:
+        part = load(path, format=format, on_error=on_error, **options)
+        for name in part.sources:
+            if name in owner:
+                raise ValueError(
+                    f"{path} and {owner[name]} both give source {name!r}: rename one of the files "
+                    "(each file is a source named after it)"
+                )
+            owner[name] = str(path)
+        merged.extend(part)
+    return merged
 
 
 def load_query_set(data: str | Path = "demo", *, format: str | None = None, **options: Any) -> QuerySet:
@@ -128,8 +192,9 @@ def with_self_controls(
     encoder: EmbeddingCache | None = None,
     seed: int = 0,
 ) -> tuple[LoadResult, dict[str, Any]]:
-    """``loaded`` plus controls built from its own passages, with the first genuine source (by name)
-    as their parent, and what to record (``{"self_controls": {parent, built, skipped}}``; ``{}``
+    """``loaded`` plus controls built from its own passages, with every genuine source as their parent
+    (pooled: :func:`transferdx.sources.build.pooled_parent`), and what to record (``{"self_controls":
+    {parent, parents, built, skipped}}``, ``parent`` the parents joined by ``+``; ``{}``
     when none is built). ``controls``: ``"auto"`` (all eight when there are fewer than two genuine
     sources or no control), ``"all"``, a list of names, or ``"none"``; a name already among the
     sources is not built again. ``kinds``: source → genuine|control overrides of the records'
@@ -149,8 +214,9 @@ def with_self_controls(
     wanted = [c for c in wanted if c not in kind]
     if not wanted:
         return loaded, {}
-    built, skipped = controls_from_records(loaded, wanted, genuine[0], encoder=encoder, seed=seed)
-    record = {"self_controls": {"parent": genuine[0], "built": sorted(built.sources), "skipped": skipped}}
+    built, skipped = controls_from_records(loaded, wanted, genuine, encoder=encoder, seed=seed)
+    parent = {"parent": "+".join(genuine), "parents": genuine}
+    record = {"self_controls": {**parent, "built": sorted(built.sources), "skipped": skipped}}
     merged = LoadResult(list(loaded.records), list(loaded.exclusions), dict(loaded.descriptors))
     merged.false_negatives.update(loaded.false_negatives)
     merged.relevant_grade = loaded.relevant_grade

