@@ -252,7 +252,7 @@ def test_default_acts_on_high_precision_reasons_only_and_lists_the_rest():
     """Kills: default cleaning removing positive_aware suspects (measured precision near the base
     rate), dropping them from view instead of listing them for review, and a summary that says the
     encoder did not run when it did (combined is unchecked because the rule is positive_aware)."""
-    done = tdx.clean(ENC_RECORDS, fake_audit(ENC_RECORDS))
+    done = tdx.clean(ENC_RECORDS, fake_audit(ENC_RECORDS), min_probability=None)
     assert done.descriptor["reasons"] == ["duplicate_positive", "near_duplicate_positive"]
     acted = {r for joined in done.removed["reasons"] for r in joined.split(";")}
     assert acted == {"duplicate_positive", "near_duplicate_positive"} and len(done.removed) == 1
@@ -276,7 +276,12 @@ def test_min_probability_uses_the_column_only_when_present():
         ["qid", "neg_index", "reasons", "action"]
     ].values.tolist()
     assert "fn_probability ≥ 0.5" in done.summary()
-    unused = tdx.clean(ENC_RECORDS, frame)
+    unused = tdx.clean(ENC_RECORDS, frame, min_probability=None)
     assert "fn_probability" not in set(unused.removed["reasons"])
+    # auto: the calibrated 0.80 with the default reasons (0.9 ≥ 0.8 is acted on), none with reasons given
+    auto = tdx.clean(ENC_RECORDS, frame)
+    assert auto.descriptor["min_probability"] == 0.8 and "fn_probability" in set(auto.removed["reasons"])
+    given = tdx.clean(ENC_RECORDS, frame, reasons=["duplicate_positive"])
+    assert given.descriptor["min_probability"] is None
     with pytest.raises(ValueError, match="min_probability"):
         tdx.clean(ENC_RECORDS, frame, min_probability=1.5)

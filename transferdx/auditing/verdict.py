@@ -1,13 +1,14 @@
 """The verdict: what an audit says about each source, in plain words (the top of report.md and the
 end of ``transferdx-audit``'s output). Pure: profile rows and per-source facts in, Markdown lines out.
 
-Each genuine source opens with a **bottom line**, one of :data:`ACTIONS` (the most severe advice that
-applies, :data:`ADVICE`): re-mine (an absolute flag says the negatives are mostly inverted or mostly
-easy), clean (negatives copy a positive, are near-copies of one, or have ``fn_probability`` ≥
+Each genuine source opens with a **bottom line**, one of :data:`ACTIONS` (the most severe advice
+that applies, :data:`ADVICE`): re-mine (an absolute flag says the negatives are mostly inverted),
+clean (negatives copy a positive, are near-copies of one, or have ``fn_probability`` ≥
 :data:`~transferdx.diagnostics.suspicion.MIN_PROBABILITY`, the high-precision part of the suspicion),
 review the listed suspects (the rest of the suspicion, whose precision on deep judgments is little
-above the base rate), or use as is. Every sentence names the number behind it. A source with fewer
-than :data:`MIN_RECORDS` records gets a warning instead of a place in the ranking."""
+above the base rate), or use as is; mostly easy negatives are a note, not an action. Every sentence
+names the number behind it. A source with fewer than :data:`MIN_RECORDS` records gets a warning
+instead of a place in the ranking."""
 
 from __future__ import annotations
 
@@ -260,14 +261,20 @@ def _remine_inverted(row: Mapping[str, Any], ctx: Context) -> str | None:
     )
 
 
-def _remine_easy(row: Mapping[str, Any], ctx: Context) -> str | None:
+EASY_NOTE = "The negatives are mostly easy"
+
+
+def _easy(row: Mapping[str, Any], ctx: Context) -> str | None:
+    """Mostly easy negatives are a note, not a reason to re-mine: easy negatives waste compute, and
+    in the package's own validation (docs/validation.md) sources flagged so did not train worse."""
     reason = (_absolute(row) or {}).get("mostly_easy")
     if reason is None:
         return None
     return (
-        f"The negatives are mostly easy ({reason}): they add little over in-batch negatives. Re-mine harder"
-        " ones from the top ranks of a dense retriever, e.g. sentence-transformers"
-        ' `mine_hard_negatives(..., range_max=20, sampling_strategy="top")`.'
+        f"{EASY_NOTE} ({reason}): each adds under a tenth of a tied negative's gradient, so they add"
+        " little over in-batch negatives. Not a defect: in transferdx's own validation, sources flagged"
+        " so did not train worse (docs/validation.md); harder ones from the top ranks of a dense retriever"
+        ' (sentence-transformers `mine_hard_negatives(..., range_max=20, sampling_strategy="top")`) may help.'
     )
 
 
@@ -331,10 +338,10 @@ def _use(row: Mapping[str, Any], ctx: Context) -> str | None:
 Advice = Callable[[Mapping[str, Any], Context], "str | None"]
 # action → the advice that leads to it, in the order said; the first action with any advice wins
 ADVICE: tuple[tuple[str, tuple[Advice, ...]], ...] = (
-    ("re-mine", (_remine_inverted, _remine_easy)),
+    ("re-mine", (_remine_inverted,)),
     ("clean", (_clean,)),
     ("review the listed suspects", (_review,)),
-    ("use as is", (_by_construction, _use)),
+    ("use as is", (_by_construction, _use, _easy)),
 )
 
 
@@ -346,7 +353,7 @@ def bottom_line(row: Mapping[str, Any], ctx: Context) -> tuple[str, list[str]]:
     lead = [text for a, text in said if a == action]
     rest = [text for a, text in said if a != action and a != "use as is"]
     if action != "use as is":
-        rest += [text for a, text in said if a == "use as is" and text.startswith("Its mining")]
+        rest += [text for a, text in said if a == "use as is" and text.startswith(("Its mining", EASY_NOTE))]
     return action, lead + rest
 
 

@@ -26,7 +26,7 @@ from transferdx.cleaning import (
     review_table,
     unchecked_why,
 )
-from transferdx.diagnostics.suspicion import TEXT_REASONS
+from transferdx.diagnostics.suspicion import MIN_PROBABILITY, TEXT_REASONS
 from transferdx.inputs.reading import RecordBuilder, artifact_name
 from transferdx.inputs.records import LoadResult, Record
 from transferdx.inputs.registry import CleanedQuery, Cleaning, rewrite, writer_for
@@ -148,7 +148,7 @@ def clean(
     *,
     reasons: Sequence[str] | None = None,
     action: str = "remove",
-    min_probability: float | None = None,
+    min_probability: float | str | None = "auto",
     out: str | Path | None = None,
     encoder: EncoderLike | None = "minilm_l6",
     cache_dir: str | Path | None = None,
@@ -160,7 +160,9 @@ def clean(
     """Remove (``action="remove"``) or relabel as positives (``"relabel"``) the negatives suspected
     of being false negatives for ``reasons`` (None: the high-precision
     :data:`transferdx.cleaning.DEFAULT_REASONS` the audit checked) and, when the audit's frame has
-    ``fn_probability``, those with ``fn_probability ≥ min_probability`` (None: not used). The other
+    ``fn_probability``, those with ``fn_probability ≥ min_probability`` (``"auto"``: with the
+    default reasons, :data:`transferdx.diagnostics.suspicion.MIN_PROBABILITY` = 0.80, chosen on
+    TREC-DL19 deep judgments, precision 0.841; with reasons given, not used; None: not used). The other
     suspects are listed for review (``result.review``). ``records``: anything :func:`transferdx.load`
     takes (``format``, ``source`` as there); a path or a table is written back in its own shape and
     form (``result.to_dataset()``, ``result.save``). ``audit_result``: an :class:`Audit` of the same
@@ -168,6 +170,10 @@ def clean(
     ``options`` and keyword ``overrides`` as :func:`transferdx.audit`; no encoder when every reason
     asked for is a text reason). With ``out`` the copy is written there (:meth:`CleanResult.save`)."""
     options = dataclasses.replace(options or AuditOptions(), **overrides)
+    if min_probability == "auto":
+        min_probability = MIN_PROBABILITY if reasons is None else None
+    elif isinstance(min_probability, str):
+        raise ValueError(f"min_probability must be a number in [0, 1], 'auto' or None, got {min_probability!r}")
     loaded = load(records, format=format, source=source, on_error=options.on_error)
     frame: pd.DataFrame
     result: Audit | None = audit_result if isinstance(audit_result, Audit) else None

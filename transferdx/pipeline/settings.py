@@ -127,7 +127,9 @@ class AnalysisSettings:
         "uncertainty",
         "matching",
         "validation_transfer",
+        "validation_datasets",
         "validation_pairs",
+        "validation_flags",
         "validation_audit",
         "validation_ladder",
     )
