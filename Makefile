@@ -13,7 +13,7 @@ TORCH_INDEX ?=
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.transferdx-installed
 
-.PHONY: setup demo test docs bench lint dl19 small-study validation-study clean
+.PHONY: setup demo test docs bench lint dl19 small-study validation-study validation-static clean
 
 setup: $(STAMP)
 
@@ -36,12 +36,19 @@ STUDY_DIR ?= outputs/small-study
 small-study: setup
 	BIN=$(VENV)/bin bash experiments/small_study.sh $(STUDY_DIR)
 
-# Known-truth validation (about 90 min on 2 CPU cores; a re-run from cache takes minutes): genuine
-# sources and controls trained with several seeds, evaluated on SciFact test, the audit checked
-# against that truth; the results are copied to experiments/results/validation/.
+# Known-truth validation on MiniLM (about 90 min on 2 CPU cores at negatives=1; more with every
+# negative): genuine sources and controls trained with several seeds, evaluated on SciFact test, the
+# audit checked against that truth; results to experiments/results/validation/minilm_negatives1/.
 VALIDATION_DIR ?= outputs/validation-study
 validation-study: setup
 	BIN=$(VENV)/bin bash experiments/validation_study.sh $(VALIDATION_DIR)
+
+# The static-backbone validation (issue 21; plan: experiments/results/validation/PLAN.md): 11 sources
+# × 5 seeds on every audited negative, SciFact test + TREC-DL19; ≈ 80 min on 2 CPU cores from an
+# empty cache, minutes from cache; results to experiments/results/validation/static/.
+VALIDATION_STATIC_DIR ?= outputs/validation-static
+validation-static: setup
+	BIN=$(VENV)/bin bash experiments/validation_static.sh $(VALIDATION_STATIC_DIR)
 
 test: setup
 	$(PY) -m pytest

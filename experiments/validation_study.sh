@@ -8,7 +8,7 @@
 # Usage: bash experiments/validation_study.sh [OUT [RESULTS]]   (BIN: console scripts, default .venv/bin)
 set -euo pipefail
 OUT=${1:-outputs/validation-study}
-RESULTS=${2:-experiments/results/validation}
+RESULTS=${2:-experiments/results/validation/minilm_negatives1}
 BIN=${BIN:-.venv/bin}
 "$BIN/transferdx-study" +experiment=validation "output_dir=$OUT" ${VALIDATION_ARGS:-}
 "$BIN/python" experiments/export_validation.py "$OUT" "$RESULTS" --command "make validation-study"

@@ -26,6 +26,7 @@ SHORT = {
     "composite_trace": "composite (trace)",
     "fn_suspect_rate": "FN-suspect rate",
     "duplicate_positive_rate": "duplicate-positive rate",
+    "near_duplicate_positive_rate": "near-duplicate-positive rate",
     "n_flags": "number of flags",
 }
 NO_VALIDATION = "needs a study that trained controls too (transferdx-study +experiment=validation)"

@@ -137,7 +137,12 @@ class AnalysisSettings:
     figures: bool = True
     validation: Mapping[str, Any] = field(
         default_factory=lambda: {
-            "diagnostics": {"fn_suspect_rate": -1, "duplicate_positive_rate": -1, "n_flags": -1},
+            "diagnostics": {
+                "fn_suspect_rate": -1,
+                "duplicate_positive_rate": -1,
+                "near_duplicate_positive_rate": -1,
+                "n_flags": -1,
+            },
             "ladder": {
                 "random_mix_25": 0.25,
                 "random_mix_50": 0.5,
