@@ -188,7 +188,7 @@ def test_validation_preset_trains_controls_with_seeds_and_reruns_byte_for_byte(t
     run_cli("study", *args, f"output_dir={first}")
     table = pd.read_csv(first / "study.csv")
     # every model trained on exactly the negatives the audit audited (training.negatives=all): the
-    # digest of its (query, negative) pairs equals the one recomputed from the audit's negatives.csv
+    # digest of its (qid, negative id) pairs equals the one recomputed from the audit's negatives.csv
     from transferdx.training import negatives_digest
 
     audited = pd.read_csv(first / "audit/negatives.csv", dtype=str, keep_default_na=False)
@@ -196,7 +196,8 @@ def test_validation_preset_trains_controls_with_seeds_and_reruns_byte_for_byte(t
         config = json.loads((Path(run["model_dir"]).parent / "train_config.json").read_text())
         mine = audited[audited["source"] == run["source"]]
         assert config["settings"]["negatives"] == "all"
-        assert config["negatives_digest"] == negatives_digest(list(zip(mine["query"], mine["text"], strict=True)))
+        pairs = list(zip(mine["qid"], mine["neg_id"], strict=True))
+        assert config["negative_ids_digest"] == negatives_digest(pairs), run["source"]
         assert config["n_negative_columns"] == mine.groupby("qid").size().max()
     runs = sorted(zip(table["source"], table["seed"].fillna(-1).astype(int), strict=True))
     genuine = [("bm25", 0), ("bm25", 1), ("perturb", 0), ("perturb", 1)]

@@ -37,6 +37,7 @@ def test_all_negatives_uses_every_negative_and_repeats_short_records():
     pairs = training_pairs(ex.columns)
     audited = [(r.query, n.text) for r in recs for n in r.negatives]
     assert negatives_digest(pairs) == negatives_digest(audited)
+    assert negatives_digest(ex.ids) == negatives_digest([(r.qid, n.id) for r in recs for n in r.negatives])
     # a fixed n still leaves short records out, as before
     fixed = training_examples(recs, 2)
     assert fixed.left_out == ["b", "c"] and fixed.padded == []

@@ -10,6 +10,7 @@ config, ``checkpoint-*`` folders let an interrupted run resume, and ``final/`` (
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -69,6 +70,7 @@ class TrainingColumns:
     columns: dict[str, list[str]]
     left_out: list[str]
     padded: list[str]
+    ids: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (qid, negative id) per slot
 
     @property
     def n_examples(self) -> int:
@@ -97,6 +99,7 @@ def training_examples(records: Sequence[Record], negatives: int | str) -> Traini
     columns.update({f"negative_{i + 1}": [] for i in range(width)})
     left_out: list[str] = []
     padded: list[str] = []
+    ids: list[tuple[str, str]] = []
     for rec in records:
         k = len(rec.negatives)
         if k < width and (negatives != "all" or k == 0):
@@ -108,7 +111,8 @@ def training_examples(records: Sequence[Record], negatives: int | str) -> Traini
         columns["positive"].append(rec.positives[0].text)
         for i in range(width):
             columns[f"negative_{i + 1}"].append(rec.negatives[i % k].text)
-    return TrainingColumns(columns, left_out, padded)
+            ids.append((rec.qid, rec.negatives[i % k].id))
+    return TrainingColumns(columns, left_out, padded, ids)
 
 
 def training_columns(records: Sequence[Record], negatives: int | str) -> tuple[dict[str, list[str]], list[str]]:
@@ -124,8 +128,8 @@ def training_pairs(columns: dict[str, list[str]]) -> list[tuple[str, str]]:
 
 
 def negatives_digest(pairs: Sequence[tuple[str, str]]) -> str:
-    """A digest of the (anchor, negative text) pairs a run trains on, as a set: equal digests mean
-    the same negatives per anchor (repetition and order aside)."""
+    """A digest of the (anchor, negative text) — or (qid, negative id) — pairs a run trains on, as a
+    set: equal digests mean the same negatives per query (repetition and order aside)."""
     return content_hash(sorted(set(pairs)))[:16]
 
 
@@ -222,6 +226,7 @@ def train(
         "n_padded": len(examples.padded),
         "n_negative_columns": len(columns) - 2,
         "negatives_digest": negatives_digest(training_pairs(columns)),
+        "negative_ids_digest": negatives_digest(examples.ids),
     }
     atomic_write_text(folder / "train_config.json", canonical_json(config))
 
