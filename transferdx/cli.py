@@ -50,7 +50,7 @@ def run_audit(cfg: DictConfig) -> Path:
     )
     print(f" {len(flags)} flagged; {time.perf_counter() - started:.1f}s")
     print(f"artifacts: {out.resolve()}\n")
-    print(result.verdict())
+    print(result.verdict(written=True))
     return out
 
 

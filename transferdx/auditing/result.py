@@ -133,13 +133,13 @@ class Audit:
         """Per source: how its negatives were made (negative-set descriptor)."""
         return self.result.profile.descriptors
 
-    def verdict(self) -> str:
-        """The verdict in plain words (Markdown): flags, suspected false negatives, where each source
-        sits against the controls, the genuine sources by mean ψ (also the top of report.md, which
-        points to the files; this one to the attributes)."""
+    def verdict(self, written: bool = False) -> str:
+        """The verdict in plain words (Markdown): each source's bottom line, flags, suspected false
+        negatives, the genuine sources by mean ψ (also the top of report.md). ``written``: the
+        artifacts were saved, so it points to suspects.csv; else to the ``.suspects`` attribute."""
         profile = self.result.profile
         facts = audit_facts(self.result)
-        return "\n".join(verdict_lines(profile.rows, profile.catch_rate, self.settings, written=False, facts=facts))
+        return "\n".join(verdict_lines(profile.rows, profile.catch_rate, self.settings, written=written, facts=facts))
 
     def summary(self) -> str:
         """The profile as a fixed-width text table (what ``transferdx-audit`` prints)."""
