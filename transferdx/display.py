@@ -161,13 +161,14 @@ def source_counts(records: Iterable[Any], exclusions: Iterable[Any]) -> list[tup
     for name in sorted(counts):
         k = kinds.get(name, set())
         kind = next(iter(k)) if len(k) == 1 else ("mixed" if k else "–")
-        out.append((name, kind, *counts[name]))
+        n = counts[name]
+        out.append((name, kind, n[0], n[1], n[2]))
     return out
 
 
 def load_repr(counts: Sequence[tuple[str, str, int, int, int]]) -> str:
     """A few lines: totals, then up to :data:`MAX_NAMES` sources with their counts."""
-    total = [sum(c[i] for c in counts) for i in (2, 3, 4)]
+    total = [sum(c[2] for c in counts), sum(c[3] for c in counts), sum(c[4] for c in counts)]
     lines = [
         f"LoadResult: {_count(len(counts), 'source')}, {_count(total[0], 'record')}, "
         f"{_count(total[1], 'negative')}, {_count(total[2], 'exclusion')}"

@@ -269,10 +269,10 @@ def profile_sources(
         with np.errstate(invalid="ignore", divide="ignore"):
             point = num.sum(axis=0) / den.sum(axis=0)
         low, high = bootstrap_ratios(num, den, bootstrap_rng(seed, sub["qid"]), resamples, confidence)
-        kinds = sorted(set(sub["kind"]))
+        present = sorted(set(sub["kind"]))
         row: dict[str, Any] = {
             "source": name,
-            "kind": kinds[0] if len(kinds) == 1 else ("mixed" if kinds else (known or {}).get(name, "genuine")),
+            "kind": present[0] if len(present) == 1 else ("mixed" if present else (known or {}).get(name, "genuine")),
             "n_records": len(sub),
             "n_negatives": int(sub["n_negatives"].sum()),
             "coverage_mean": float("nan"),

@@ -319,7 +319,8 @@ def _write_labeled_pair(table: Table, plan: Plan, cleaning: Cleaning, source: st
         if cell_label(label, "label") == 1 or kept_cells([doc], query.record.negatives)[0]:
             out.append(dict(row))
         elif doc in {p.text for p in query.added}:
-            one = ("1.0" if "." in label else "1") if isinstance(label, str) else type(label)(1)
+            kind: Any = type(label)
+            one = ("1.0" if "." in label else "1") if isinstance(label, str) else kind(1)
             out.append(dict(row) | {"label": one})
             changes.append(RowChange(line, query.record.qid, "relabeled", 1))
         else:

@@ -101,13 +101,13 @@ def _copy_tables(
         table = read_table(member, builder)
         if writer_for(table.columns) is None:
             return [], f"{member.name} (columns {table.columns}) has no writer; the copy is records JSONL"
-        form = storage_form(member)
-        if form is None:
+        storage = storage_form(member)
+        if storage is None:
             return [], f"{member.name} has no recognised form; the copy is records JSONL"
         cleaning = _cleaning(queries, _skip_lines(loaded, artifact_name(member)))
         rewritten = rewrite(table, cleaning, _source_of(loaded, member, source))
         n_in = len(table.rows) + table.n_unreadable
-        out.append(CopyTable(member.name, form, rewritten, member, None, n_in, table.n_unreadable))
+        out.append(CopyTable(member.name, storage, rewritten, member, None, n_in, table.n_unreadable))
     return out, ""
 
 
