@@ -69,7 +69,7 @@ def git(*args: str) -> str:
     return out.stdout.strip()
 
 
-def export(study: Path, results: Path, command: str) -> None:
+def export(study: Path, results: Path, command: str, run_commit: str = "") -> None:
     tables = study / "tables"
     results.mkdir(parents=True, exist_ok=True)
     parts = []
@@ -94,11 +94,14 @@ def export(study: Path, results: Path, command: str) -> None:
     commit = git("log", "-1", "--format=%H", "--", *CODE)
     dirty = bool(git("status", "--porcelain", "--", *CODE))
     provenance = {"command": command, "code_commit": commit, "code_uncommitted_changes": dirty, "versions": versions()}
+    if run_commit:  # the study ran (audit, training, evaluation) from an earlier commit; the tables from this one
+        provenance["study_run_commit"] = run_commit
     atomic_write_text(results / "provenance.json", canonical_json(provenance))
     header = (
         "# Known-truth validation: results\n\n"
         f"Made by `{command}` from code commit `{commit}`"
         + (" (with uncommitted changes)" if dirty else "")
+        + (f"; the study itself (audit, training, evaluation) ran from `{run_commit}`" if run_commit else "")
         + ". Tables as the study's tables step wrote them; `analysis/` holds the frames behind them, "
         "`runs.csv` every (source, seed) evaluation, `profile.csv` the audit's diagnostics and flags. "
         "`convergence.csv` (when present) each source's seed-0 nDCG@10 at the last two checkpoints. "
@@ -113,8 +116,9 @@ def main() -> None:
     parser.add_argument("study", type=Path)
     parser.add_argument("results", type=Path)
     parser.add_argument("--command", default="make validation-study")
+    parser.add_argument("--run-commit", default="", help="the commit the study itself ran from, when older")
     args = parser.parse_args()
-    export(args.study, args.results, args.command)
+    export(args.study, args.results, args.command, args.run_commit)
     print(json.dumps({"results": str(args.results)}))
 
 
