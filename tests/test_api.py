@@ -22,10 +22,11 @@ PACKAGE = REPO / "transferdx"
 
 
 def readme_example() -> str:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    section = text.split("## Python API", 1)[1].split("\n## ", 1)[0]
+    """The first Python block of the Python API page (docs/api.md, linked from the README)."""
+    text = (REPO / "docs" / "api.md").read_text(encoding="utf-8")
+    section = text.split("# Python API", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
-    assert blocks, "the README's Python API section has no python block"
+    assert blocks, "the Python API page has no python block"
     return blocks[0]
 
 

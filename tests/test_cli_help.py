@@ -11,7 +11,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from transferdx import cli, cli_help
+from transferdx import cli_help
 from transferdx.presets import config_dir
 
 from .conftest import REPO, run_cli
@@ -49,7 +49,7 @@ def test_every_script_has_a_verb():
 
 @pytest.mark.parametrize("verb", VERBS)
 def test_help_has_description_options_and_examples(verb):
-    text, app = cli.help_text(verb), f"transferdx-{verb}"
+    text, app = cli_help.help_text(verb), f"transferdx-{verb}"
     first = text.splitlines()[0]
     assert first.startswith(f"{app}: ") and len(first) > len(app) + 20  # a sentence, not the name alone
     assert "$APP_CONFIG_GROUPS" not in text and "${" not in text and "powered by Hydra" not in text
@@ -64,7 +64,7 @@ def test_help_has_description_options_and_examples(verb):
 def test_help_names_real_settings_and_runnable_examples(verb):
     """Every key in ``Main options`` is a setting or a config group of the verb, and every example
     without a placeholder composes (so the help cannot drift from the config)."""
-    text, keys = cli.help_text(verb), cli.valid_keys(verb)
+    text, keys = cli_help.help_text(verb), cli_help.valid_keys(verb)
     unknown = [k for k in option_keys(text) if k not in keys]
     assert not unknown, unknown
     for line in section(text, "Examples:"):
@@ -87,7 +87,7 @@ def test_help_does_not_start_hydra():
         )
         proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr
-        assert proc.stdout == cli.help_text("clean") + "\n"
+        assert proc.stdout == cli_help.help_text("clean") + "\n"
 
 
 @pytest.mark.parametrize(
@@ -101,15 +101,15 @@ def test_help_does_not_start_hydra():
     ],
 )
 def test_bare_argument_hint(verb, token, expected):
-    message = cli.bare_argument_hint(verb, token)
+    message = cli_help.bare_argument_hint(verb, token)
     assert expected in message and "settings are key=value" in message and "quote" not in message
 
 
 def test_valid_keys_follow_the_chosen_presets():
     """``data=ntuple`` has ``data.path``; the default ``data=demo`` has not."""
-    assert "data.path" in cli.valid_keys("audit", ["data=ntuple"])
-    assert "data.path" not in cli.valid_keys("audit") and "output_dir" in cli.valid_keys("audit")
-    assert "diagnostics.suspicion.alpha" in cli.valid_keys("audit") and "tokenizer" in cli.valid_keys("audit")
+    assert "data.path" in cli_help.valid_keys("audit", ["data=ntuple"])
+    assert "data.path" not in cli_help.valid_keys("audit") and "output_dir" in cli_help.valid_keys("audit")
+    assert "diagnostics.suspicion.alpha" in cli_help.valid_keys("audit") and "tokenizer" in cli_help.valid_keys("audit")
 
 
 def one_line_error(proc: subprocess.CompletedProcess) -> str:
@@ -142,4 +142,4 @@ def test_command_line_mistakes_suggest_the_fix(tmp_path, overrides, expected):
 @pytest.mark.slow
 def test_console_script_help_is_the_help_text():
     proc = run_cli("audit", "--help")
-    assert proc.stdout == cli.help_text("audit") + "\n" and not proc.stderr
+    assert proc.stdout == cli_help.help_text("audit") + "\n" and not proc.stderr

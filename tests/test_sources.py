@@ -16,6 +16,7 @@ from transferdx.diagnostics.tokens import alnum
 from transferdx.embed import topk_chunked
 from transferdx.inputs.records import OWN_POSITIVE_RELATION, Passage, QuerySet, Record
 from transferdx.inputs.trec_dl import load_trec_dl_query_set
+from transferdx.resampling import records_key
 from transferdx.sources.build import build_sources, hybrid
 from transferdx.sources.context import BuildContext
 from transferdx.sources.controls import CONTROLS, build_control, derangement, random_mix
@@ -250,11 +251,11 @@ def test_dl19_false_negatives_measured(data):
     assert row.loc["perturb", "false_negative_rate"] == "not_measured"
     assert row.loc["bm25", "false_negative_rate"] == pytest.approx(rate("bm25"))
     # the CI, recomputed: records resampled with replacement (rng.integers(0, n, (B, n)) from the
-    # stream false_negative_rates seeds with (seed, sha256(name)[:4] little-endian, 0xF1)), the ratio
+    # stream false_negative_rates seeds with (seed, records_key(qids), 0xF1)), the ratio
     # of sums per resample, 2.5 / 97.5 percentiles. Kills: the ratio bootstrapped without its
     # denominator (``counts @ num / counts.sum(1)`` in ``bootstrap_ratios``).
     num, den = np.array([r[1] for r in fn["bm25"]], float), np.array([r[2] for r in fn["bm25"]], float)
-    key = int.from_bytes(hashlib.sha256(b"bm25").digest()[:4], "little")
+    key = records_key([r[0] for r in fn["bm25"]])
     idx = np.random.default_rng([0, key, 0xF1]).integers(0, len(num), size=(200, len(num)))
     low, high = np.percentile(num[idx].sum(axis=1) / den[idx].sum(axis=1), [2.5, 97.5])
     assert row.loc["bm25", "false_negative_rate_ci_low"] == pytest.approx(low, abs=1e-12)

@@ -1,18 +1,17 @@
 """Console entry points: each turns its Hydra config into settings (``config``), calls one verb of
 the library (``pipeline``) and prints what it did. No pipeline logic lives here.
 
-``--help``/``-h`` and the "did you mean" hints come from :mod:`transferdx.cli_help` (re-exported
-here: ``help_text``, ``valid_keys``, ``bare_argument_hint``, ``command_line_hint``)."""
+``--help``/``-h``, the "did you mean" hints and the console-script wrapper live in
+:mod:`transferdx.cli_help`."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from transferdx.cli_help import HELP_FLAGS, bare_argument_hint, command_line_hint, entry, help_text, valid_keys
-
-__all__ = ["HELP_FLAGS", "bare_argument_hint", "command_line_hint", "help_text", "valid_keys"]
+from transferdx.cli_help import entry, run_guarded
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -181,11 +180,18 @@ def run_tables(cfg: DictConfig) -> Path:
     return folder
 
 
-audit_main, build_main = entry("audit", run_audit), entry("build", run_build)
-train_main, evaluate_main = entry("train", run_train), entry("evaluate", run_evaluate)
-study_main, agree_main = entry("study", run_study), entry("agree", run_agree)
-match_main, tables_main = entry("match", run_match), entry("tables", run_tables)
-clean_main = entry("clean", run_clean)
+def _script(config_name: str, run: Callable[[DictConfig], Path]) -> Callable[[], None]:
+    def task(cfg: DictConfig) -> None:  # defined here: Hydra names the job (and cli.log) after this file
+        run_guarded(run, cfg)
+
+    return entry(config_name, run, task)
+
+
+audit_main, build_main = _script("audit", run_audit), _script("build", run_build)
+train_main, evaluate_main = _script("train", run_train), _script("evaluate", run_evaluate)
+study_main, agree_main = _script("study", run_study), _script("agree", run_agree)
+match_main, tables_main = _script("match", run_match), _script("tables", run_tables)
+clean_main = _script("clean", run_clean)
 
 if __name__ == "__main__":
     audit_main()

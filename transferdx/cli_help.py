@@ -155,11 +155,30 @@ def command_line_hint(config_name: str, exc: BaseException, argv: Sequence[str])
 # ---------------------------------------------------------------------------------------------
 
 
-def entry(config_name: str, run: Callable[[DictConfig], Path]) -> Callable[[], None]:
+def run_guarded(run: Callable[[DictConfig], Path], cfg: DictConfig) -> None:
+    """``run(cfg)`` owning its output folder (:func:`transferdx.artifacts.claim_folder`); a user error
+    ends with one line and exit status 2."""
+    from transferdx.artifacts import claim_folder
+    from transferdx.runs import fail, user_error
+
+    try:
+        with claim_folder(cfg.output_dir):
+            run(cfg)
+    except Exception as exc:
+        message = user_error(exc)
+        if message is None:
+            raise
+        fail(message)
+
+
+def entry(
+    config_name: str, run: Callable[[DictConfig], Path], task: Callable[[DictConfig], None]
+) -> Callable[[], None]:
     """A console script: ``--help``/``-h`` prints :func:`help_text` at once; otherwise Hydra parses the
-    command line into ``conf/<config_name>.yaml``; bad input, a bad setting or a bad command line ends
-    with one line, ``transferdx: error: …`` (with a "did you mean" where one fits), and exit status 2.
-    Each run owns its output folder while it runs (:func:`transferdx.artifacts.claim_folder`)."""
+    command line into ``conf/<config_name>.yaml`` and calls ``task`` (which calls :func:`run_guarded`;
+    Hydra names the job, and its log file, after the module ``task`` is defined in); bad input, a bad
+    setting or a bad command line ends with one line, ``transferdx: error: …`` (with a "did you mean"
+    where one fits), and exit status 2."""
 
     def main() -> None:
         argv = sys.argv[1:]
@@ -168,19 +187,9 @@ def entry(config_name: str, run: Callable[[DictConfig], Path]) -> Callable[[], N
             return
         import hydra
 
-        from transferdx.artifacts import claim_folder
         from transferdx.runs import fail, user_error
 
-        @hydra.main(config_path=str(config_dir()), config_name=config_name, version_base="1.3")
-        def _main(cfg: DictConfig) -> None:
-            try:
-                with claim_folder(cfg.output_dir):
-                    run(cfg)
-            except Exception as exc:
-                message = user_error(exc)
-                if message is None:
-                    raise
-                fail(message)
+        _main = hydra.main(config_path=str(config_dir()), config_name=config_name, version_base="1.3")(task)
 
         # Hydra prints its own errors (several lines, exit status 1) unless HYDRA_FULL_ERROR is set, in
         # which case it raises them: set it for the call, and keep the user's choice of full tracebacks.
