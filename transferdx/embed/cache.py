@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+import transferdx.embed.backends as backends
 from transferdx.artifacts import atomic_write_bytes, atomic_write_text, canonical_json, content_hash
 from transferdx.embed.models import EncoderSpec, load_sentence_transformer, resolve_model
 
@@ -210,15 +211,20 @@ class EmbeddingCache:
         self.progress = progress
         self._model_factory = model_factory or load_sentence_transformer
         self._model: Any = None
+        self._context: backends.EncodeContext | None = None
         self._location, self.revision = resolve_model(spec, self.cache_dir)
+        self.runtime = self._resolve_runtime(spec, model_factory is None)
         self.encoded_texts = 0  # texts encoded by this object (not served from disk)
         self._verified: dict[Path, tuple[tuple[int, int, int], np.ndarray]] = {}  # chunk → (stat, keys)
 
     @classmethod
-    def from_model(cls, model: Any, cache_dir: str | Path, name: str | None = None, **kw: Any) -> EmbeddingCache:
+    def from_model(
+        cls, model: Any, cache_dir: str | Path, name: str | None = None, auto_runtime: bool = True, **kw: Any
+    ) -> EmbeddingCache:
         """Wrap an already-loaded ``SentenceTransformer``. Its cache identity is the sha256 of its
         weights (every state-dict tensor, in key order), so a fine-tuned copy never reuses the
-        original's vectors."""
+        original's vectors. ``auto_runtime``: a transformer model may run on the faster CPU runtime
+        (:func:`backends.resolve_runtime`); False keeps torch fp32."""
         digest = hashlib.sha256()
         for key, tensor in sorted(model.state_dict().items()):
             digest.update(key.encode("utf-8"))
@@ -231,10 +237,26 @@ class EmbeddingCache:
             source="memory",
             revision=revision,
             max_seq_length=getattr(model, "max_seq_length", None),
+            device=str(getattr(model, "device", "cpu")),
         )
         cache = cls(spec, cache_dir, model_factory=lambda _location, _spec: model, **kw)
+        if auto_runtime and backends.is_transformer(model):  # ``auto`` may pick a faster runtime for a transformer
+            cache.runtime = cls._resolve_runtime(spec, True)
         cache._model = model
         return cache
+
+    @staticmethod
+    def _resolve_runtime(spec: EncoderSpec, known_model: bool) -> backends.Runtime:
+        """The spec's runtime. ``auto`` stays torch fp32 for a static model and for a model made by
+        a caller's factory (nothing is known of it); otherwise :func:`backends.runtime_of`."""
+        if not known_model or spec.source == "static":
+            spec = backends.torch_fp32(spec)
+        return backends.runtime_of(spec)
+
+    @property
+    def models_dir(self) -> Path:
+        """Where exported models are cached: ``$TRANSFERDX_MODEL_DIR``, else ``<cache_dir>/models``."""
+        return Path(os.environ.get("TRANSFERDX_MODEL_DIR") or self.cache_dir / "models")
 
     # -- identity -------------------------------------------------------------------------------
     def scorer(self) -> dict[str, Any]:
@@ -247,18 +269,28 @@ class EmbeddingCache:
             "passage_prompt": self.spec.passage_prompt,
             "max_seq_length": self.spec.max_seq_length,
             "metric": "cosine",
+            "backend": self.runtime.backend,
+            "precision": self.runtime.precision,
         }
 
     def folder(self, role: str) -> Path:
+        """The role's chunk folder, keyed by model, revision, prompt, max length and (except torch
+        fp32, whose key predates backends) the runtime, so vectors of different runtimes never mix."""
         prompt = self.spec.prompt(role)
-        key = content_hash(self.spec.model, self.revision, prompt, self.spec.max_seq_length)[:24]
-        return self.cache_dir / "embeddings" / key
+        parts: list[Any] = [self.spec.model, self.revision, prompt, self.spec.max_seq_length]
+        if not self.runtime.is_reference:
+            parts += [self.runtime.backend, self.runtime.precision]
+        return self.cache_dir / "embeddings" / content_hash(*parts)[:24]
 
     # -- model ----------------------------------------------------------------------------------
     @property
     def model(self) -> Any:
+        """The loaded model, with the runtime applied (an OpenVINO export is made or re-used here)."""
         if self._model is None:
             self._model = self._model_factory(self._location, self.spec)
+        if self._context is None:
+            identity = f"{self.spec.model}@{self.revision}"
+            self._context = backends.prepare(self._model, self.runtime, identity, self.models_dir)
         return self._model
 
     # -- storage --------------------------------------------------------------------------------
@@ -546,13 +578,16 @@ class EmbeddingCache:
         return out if out is not None else np.zeros((0, 0), dtype=np.float32)
 
     def _encode(self, texts: list[str], prompt: str) -> np.ndarray:
-        vectors = self.model.encode(
-            texts,
-            prompt=prompt or None,
-            batch_size=self.spec.batch_size,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
+        model = self.model
+        assert self._context is not None
+        with self._context():
+            vectors = model.encode(
+                texts,
+                prompt=prompt or None,
+                batch_size=self.spec.batch_size,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
         return np.asarray(vectors, dtype=np.float32)
 
 

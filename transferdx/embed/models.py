@@ -34,7 +34,7 @@ class EncoderSpec:
 
     name: str
     model: str
-    source: str = "hub"  # package | pypi_parts | hub | path
+    source: str = "hub"  # a key of MODEL_SOURCES
     revision: str | None = None
     query_prompt: str = ""
     passage_prompt: str = ""
@@ -43,6 +43,8 @@ class EncoderSpec:
     max_seq_length: int | None = None
     trust_remote_code: bool = False
     parts: dict[str, Any] = field(default_factory=dict)  # pypi_parts: distribution prefix, count, archive
+    backend: str = "auto"  # auto | torch | openvino (embed.backends; the frozen encoder only)
+    precision: str = "auto"  # auto | fp32 | bf16 | fp16 (CUDA) | int8 (OpenVINO)
 
     def prompt(self, role: str) -> str:
         if role not in ROLES:

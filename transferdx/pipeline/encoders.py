@@ -9,6 +9,7 @@ from typing import Any
 
 from transferdx.diagnostics.tokens import Tokenizer, get_tokenizer
 from transferdx.embed import EmbeddingCache, EncoderSpec, model_label
+from transferdx.embed.backends import torch_fp32
 from transferdx.presets import default_cache_dir, preset_names, read_preset
 
 EncoderLike = str | Path | EncoderSpec | EmbeddingCache | Any
@@ -31,15 +32,19 @@ def encoder_spec(encoder: str | Path | EncoderSpec) -> EncoderSpec:
     )
 
 
-def make_encoder(encoder: EncoderLike | None, cache_dir: str | Path | None = None) -> EmbeddingCache | None:
+def make_encoder(
+    encoder: EncoderLike | None, cache_dir: str | Path | None = None, *, reference: bool = False
+) -> EmbeddingCache | None:
     """The frozen encoder with its embedding cache: from a preset name, folder, hub id, spec, a
-    loaded ``SentenceTransformer``, or an existing cache (returned as is); ``None`` stays None."""
+    loaded ``SentenceTransformer``, or an existing cache (returned as is); ``None`` stays None.
+    ``reference``: a runtime left ``auto`` becomes torch fp32 (evaluation measures the model itself)."""
     if encoder is None or isinstance(encoder, EmbeddingCache):
         return encoder
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     if hasattr(encoder, "encode") and hasattr(encoder, "state_dict"):
-        return EmbeddingCache.from_model(encoder, cache)
-    return EmbeddingCache(encoder_spec(encoder), cache)
+        return EmbeddingCache.from_model(encoder, cache, auto_runtime=not reference)
+    spec = encoder_spec(encoder)
+    return EmbeddingCache(torch_fp32(spec) if reference else spec, cache)
 
 
 def make_tokenizer(tokenizer: str | Tokenizer, **options: Any) -> Tokenizer:

@@ -51,7 +51,7 @@ def evaluate(
 
     if isinstance(model, str | Path) and (Path(model) / "modules.json").is_file():
         model = checkpoint_spec(str(model))
-    encoder = make_encoder(model, cache_dir)
+    encoder = make_encoder(model, cache_dir, reference=True)
     if encoder is None:
         raise ValueError("evaluate needs a model (a checkpoint folder, preset name, spec or loaded model)")
     rows: list[dict[str, Any]] = []

@@ -1,0 +1,363 @@
+"""Inference backends for the frozen encoder: torch (fp32, bf16/fp16 autocast) and OpenVINO (fp32,
+bf16, static int8), with sentence-transformers' own tokenisation and pooling in every case.
+
+A :class:`Runtime` is a resolved (backend, precision) pair. :func:`resolve_runtime` turns a spec's
+``backend``/``precision`` (either may be ``auto``) into one, checking what this machine can run:
+
+- ``auto`` on a GPU → torch fp32; on a CPU → OpenVINO fp32 when the ``openvino`` package is
+  installed (measured faster with statistics within 1e-6: ``benchmarks/bench_backends.py``), else
+  torch fp32. Evaluation and training always use torch fp32 (:func:`torch_fp32`).
+- ``bf16`` needs native support (a CUDA device that has it, or a CPU with ``avx512_bf16``/``amx_bf16``):
+  emulated bf16 was measured 6.5× *slower* than fp32 on an AVX2 CPU, so it is refused there.
+- ``fp16`` is torch on CUDA only; ``int8`` is OpenVINO's post-training static quantisation (NNCF),
+  calibrated on the package's own demo texts, and changes the statistics (see the benchmark).
+
+:func:`prepare` applies a runtime to a loaded ``SentenceTransformer``: torch keeps the model and
+encodes under ``torch.autocast`` for bf16/fp16; OpenVINO converts the transformer module once
+(``openvino.convert_model``, offline, from the loaded weights), caches the export content-addressed
+under ``<models dir>/openvino-<key>/`` (written atomically, re-used, re-exported when damaged) and
+swaps it in for the module's inner model while encoding. The embedding cache keys its folders by the
+runtime, so vectors of different backends never mix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from transferdx.artifacts import atomic_write_text, content_hash, file_hash
+
+BACKENDS = ("torch", "openvino")
+PRECISIONS = {"torch": ("fp32", "bf16", "fp16"), "openvino": ("fp32", "bf16", "int8")}
+# Bump when what an export writes changes (graph conversion, quantisation recipe).
+EXPORT_RECIPE = "ov-export-v1"
+INT8_CALIBRATION_SIZE = 300  # demo texts used to calibrate OpenVINO's static int8 quantisation
+
+
+class BackendUnavailable(ValueError):
+    """A requested backend or precision cannot run here (a missing package, no native bf16)."""
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """A resolved encoder runtime: ``backend`` ∈ {torch, openvino}, ``precision`` ∈ its precisions."""
+
+    backend: str = "torch"
+    precision: str = "fp32"
+
+    @property
+    def is_reference(self) -> bool:
+        """torch fp32: the reference every other runtime is measured against (and the cache's old key)."""
+        return self.backend == "torch" and self.precision == "fp32"
+
+    def __str__(self) -> str:
+        return f"{self.backend}/{self.precision}"
+
+
+# ---------------------------------------------------------------------------------------------
+# What this machine supports
+# ---------------------------------------------------------------------------------------------
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (Linux ``/proc/cpuinfo``); empty where unknown."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether the CPU computes bf16 natively (``avx512_bf16`` or ``amx_bf16``); on a system without
+    ``/proc/cpuinfo``, Apple silicon (arm64 macOS) counts as native, everything else does not."""
+    flags = cpu_flags()
+    if flags:
+        return bool(flags & {"avx512_bf16", "amx_bf16"})
+    import platform
+
+    return sys.platform == "darwin" and platform.machine() == "arm64"
+
+
+def openvino_installed() -> bool:
+    return importlib.util.find_spec("openvino") is not None
+
+
+def _device(spec_device: str) -> str:
+    if spec_device == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return spec_device
+
+
+def resolve_runtime(backend: str, precision: str, device: str) -> Runtime:
+    """The runtime a spec's ``backend``/``precision`` (``auto`` allowed) gives on ``device``;
+    :class:`BackendUnavailable` when it cannot run here, with one line saying what to do."""
+    if backend not in (*BACKENDS, "auto"):
+        raise ValueError(f"backbone.backend must be one of {['auto', *BACKENDS]}, got {backend!r}")
+    all_precisions = sorted({p for ps in PRECISIONS.values() for p in ps})
+    if precision not in (*all_precisions, "auto"):
+        raise ValueError(f"backbone.precision must be one of {['auto', *all_precisions]}, got {precision!r}")
+    on_gpu = _device(device).startswith("cuda")
+    if backend == "auto":
+        backend = "torch" if on_gpu or not openvino_installed() else "openvino"
+    if precision == "auto":
+        precision = "fp32"
+    if precision not in PRECISIONS[backend]:
+        raise BackendUnavailable(
+            f"backbone.precision={precision} is not offered by backend {backend} (it offers {PRECISIONS[backend]})"
+        )
+    if backend == "openvino":
+        if on_gpu:
+            raise BackendUnavailable("backbone.backend=openvino runs on the CPU: set backbone.device=cpu")
+        if not openvino_installed():
+            raise BackendUnavailable(
+                "backbone.backend=openvino needs the openvino package: pip install 'transferdx[openvino]'"
+            )
+        if precision == "int8" and importlib.util.find_spec("nncf") is None:
+            raise BackendUnavailable(
+                "backbone.precision=int8 needs NNCF to quantise: pip install 'transferdx[openvino]'"
+            )
+    if precision == "fp16" and not on_gpu:
+        raise BackendUnavailable("backbone.precision=fp16 runs on a CUDA device only; on a CPU use fp32 (or bf16)")
+    if precision == "bf16":
+        if on_gpu:
+            import torch
+
+            if not torch.cuda.is_bf16_supported():
+                raise BackendUnavailable("this GPU has no bf16: use backbone.precision=fp16 or fp32")
+        elif not cpu_has_native_bf16():
+            raise BackendUnavailable(
+                "this CPU has no native bf16 (avx512_bf16 / amx_bf16), so bf16 would be emulated and slower than"
+                " fp32: use backbone.precision=fp32"
+            )
+    return Runtime(backend, precision)
+
+
+def runtime_of(spec: Any) -> Runtime:
+    """:func:`resolve_runtime` of an :class:`~transferdx.embed.models.EncoderSpec`."""
+    return resolve_runtime(spec.backend, spec.precision, spec.device)
+
+
+def torch_fp32(spec: Any) -> Any:
+    """``spec`` pinned to torch fp32 where it says ``auto`` (evaluation and training measure the
+    model itself; an explicit backend is kept)."""
+    import dataclasses
+
+    if spec.backend == "auto" or spec.precision == "auto":
+        backend = "torch" if spec.backend == "auto" else spec.backend
+        precision = "fp32" if spec.precision == "auto" else spec.precision
+        return dataclasses.replace(spec, backend=backend, precision=precision)
+    return spec
+
+
+# ---------------------------------------------------------------------------------------------
+# Applying a runtime to a loaded model
+# ---------------------------------------------------------------------------------------------
+
+
+EncodeContext = Callable[[], contextlib.AbstractContextManager[Any]]
+
+
+def _autocast(dtype_name: str, device: str) -> EncodeContext:
+    def context() -> contextlib.AbstractContextManager[Any]:
+        import torch
+
+        kind = "cuda" if device.startswith("cuda") else "cpu"
+        return torch.autocast(device_type=kind, dtype=getattr(torch, dtype_name))
+
+    return context
+
+
+def is_transformer(model: Any) -> bool:
+    """Whether ``model`` is a sentence-transformers model over a Hugging Face transformer."""
+    try:
+        _transformer_module(model)
+    except (BackendUnavailable, TypeError, IndexError, KeyError):
+        return False
+    return True
+
+
+def _transformer_module(model: Any) -> Any:
+    """The sentence-transformers ``Transformer`` module (first module, holding ``.model``)."""
+    first = model[0] if len(model) else None
+    if first is None or not hasattr(first, "model") or not hasattr(first.model, "config"):
+        raise BackendUnavailable(
+            f"backbone.backend=openvino converts a transformer encoder; {type(first).__name__} is not one"
+            " (use backbone.backend=torch)"
+        )
+    return first
+
+
+def prepare(model: Any, runtime: Runtime, identity: str, models_dir: Path, threads: int | None = None) -> EncodeContext:
+    """Prepare ``runtime`` for a loaded ``SentenceTransformer`` and return the context each ``encode``
+    runs under (autocast for torch bf16/fp16; for OpenVINO, the compiled model swapped in for the
+    transformer's inner model during the encode and swapped back after, so the caller's model is
+    never changed). ``identity`` names the weights (model id and revision): with the runtime,
+    the OpenVINO version and :data:`EXPORT_RECIPE` it keys the cached export in ``models_dir``."""
+    device = str(getattr(model, "device", "cpu"))
+    if runtime.backend == "torch":
+        if runtime.precision == "fp32":
+            return contextlib.nullcontext
+        return _autocast("bfloat16" if runtime.precision == "bf16" else "float16", device)
+    module = _transformer_module(model)
+    compiled = openvino_model(load_openvino(module, runtime, identity, models_dir, threads), module.model.config)
+
+    @contextlib.contextmanager
+    def swapped() -> Iterator[None]:  # the caller's model is left as it was between encodes
+        original = module.model
+        module.model = compiled
+        try:
+            yield
+        finally:
+            module.model = original
+
+    return swapped
+
+
+def export_key(identity: str, runtime: Runtime) -> str:
+    import openvino
+
+    parts: list[Any] = [EXPORT_RECIPE, identity, runtime.precision, openvino.__version__]
+    if runtime.precision == "int8":
+        import nncf
+
+        parts += [nncf.__version__, INT8_CALIBRATION_SIZE]
+    return content_hash(*parts)[:16]
+
+
+def export_folder(identity: str, runtime: Runtime, models_dir: Path) -> Path:
+    """Where the OpenVINO export of ``identity`` at ``runtime`` is cached."""
+    return models_dir / f"openvino-{export_key(identity, runtime)}"
+
+
+def _example_inputs(module: Any) -> dict[str, Any]:
+    """Tokenised example texts for tracing, restricted to the inputs the model's forward takes."""
+    import inspect
+
+    features = _tokenize(module, ["an example passage to trace the encoder", "a query"])
+    accepted = set(inspect.signature(module.model.forward).parameters)
+    return {k: v for k, v in features.items() if k in accepted and hasattr(v, "dtype")}
+
+
+def _tokenize(module: Any, texts: list[str]) -> dict[str, Any]:
+    """The module's features for ``texts`` (``preprocess`` in sentence-transformers ≥ 5, else ``tokenize``)."""
+    return dict((getattr(module, "preprocess", None) or module.tokenize)(texts))
+
+
+def _calibration_texts() -> list[str]:
+    """The demo set's queries and passages, in file order: a fixed, shipped calibration sample."""
+    folder = Path(__file__).resolve().parents[1] / "demo"
+    texts: list[str] = []
+    for name in ("queries.jsonl", "passages.jsonl"):
+        with open(folder / name, encoding="utf-8") as handle:
+            texts += [json.loads(line)["text"] for line in handle if line.strip()]
+    return texts[:INT8_CALIBRATION_SIZE]
+
+
+def _export(module: Any, runtime: Runtime, target: Path) -> None:
+    """Convert the module's transformer to OpenVINO (quantised for int8) and save it atomically."""
+    import warnings
+
+    import openvino as ov
+    import torch
+
+    inputs = _example_inputs(module)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tracing warnings about Python control flow in the model's code
+        graph = ov.convert_model(module.model.eval(), example_input=inputs)
+    if runtime.precision == "int8":
+        import nncf
+
+        names = [i.get_any_name() for i in graph.inputs]
+
+        def features(text: str) -> dict[str, Any]:
+            encoded = _tokenize(module, [text])
+            return {k: encoded[k].numpy() for k in names}
+
+        texts = _calibration_texts()
+        graph = nncf.quantize(
+            graph, nncf.Dataset(texts, features), model_type=nncf.ModelType.TRANSFORMER, subset_size=len(texts)
+        )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        ov.save_model(graph, str(work / "model.xml"), compress_to_fp16=False)  # fp16 storage would change fp32
+        sums = {name: file_hash(work / name) for name in ("model.xml", "model.bin")}
+        atomic_write_text(work / "export.json", json.dumps({"runtime": str(runtime), "sha256": sums}, sort_keys=True))
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(work, target)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _verified(target: Path) -> bool:
+    """Whether a cached export is complete and its files match their recorded sha256."""
+    try:
+        sums = json.loads((target / "export.json").read_text(encoding="utf-8"))["sha256"]
+        return all(file_hash(target / name) == digest for name, digest in sums.items()) and len(sums) == 2
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def load_openvino(module: Any, runtime: Runtime, identity: str, models_dir: Path, threads: int | None = None) -> Any:
+    """The compiled OpenVINO model of ``module``'s transformer at ``runtime``: the cached export
+    when it verifies, else a fresh export (a damaged one is replaced)."""
+    import openvino as ov
+
+    target = export_folder(identity, runtime, models_dir)
+    if not _verified(target):
+        _export(module, runtime, target)
+    import torch
+
+    config = {
+        "PERFORMANCE_HINT": "LATENCY",
+        "INFERENCE_NUM_THREADS": int(threads or torch.get_num_threads()),
+        # OpenVINO would run fp32 graphs in bf16 on CPUs that have it: say the precision explicitly
+        "INFERENCE_PRECISION_HINT": "bf16" if runtime.precision == "bf16" else "f32",
+    }
+    return ov.Core().compile_model(ov.Core().read_model(str(target / "model.xml")), "CPU", config)
+
+
+_MODEL_CLASS: type | None = None
+
+
+def openvino_model(compiled: Any, config: Any) -> Any:
+    """A ``torch.nn.Module`` standing in for the Hugging Face model inside sentence-transformers'
+    ``Transformer`` module: the same tensor inputs, ``{"last_hidden_state": tensor}`` out, computed by
+    the compiled OpenVINO model (the class is made on first use, so importing this module needs no torch)."""
+    global _MODEL_CLASS
+    if _MODEL_CLASS is None:
+        import torch
+
+        class OpenVINOModel(torch.nn.Module):
+            def __init__(self, compiled: Any, config: Any):
+                super().__init__()
+                self.compiled, self.config = compiled, config
+                self.input_names = [i.get_any_name() for i in compiled.inputs]
+                outputs = [o.get_any_name() for o in compiled.outputs]
+                self.output = next((i for i, n in enumerate(outputs) if "last_hidden_state" in n), 0)
+
+            def forward(self, **features: Any) -> dict[str, Any]:
+                missing = [n for n in self.input_names if n not in features]
+                if missing:
+                    raise ValueError(f"OpenVINO encoder: inputs {missing} missing from the tokenised batch")
+                result = self.compiled({n: features[n].detach().cpu().numpy() for n in self.input_names})
+                return {"last_hidden_state": torch.from_numpy(result[self.output].copy())}
+
+        _MODEL_CLASS = OpenVINOModel
+    return _MODEL_CLASS(compiled, config)
