@@ -35,6 +35,18 @@ def run_cli(name: str, *overrides: str, check: bool = True, timeout: int = 900, 
     return proc
 
 
+@pytest.fixture(scope="session", autouse=True)
+def shared_model_exports(tmp_path_factory):
+    """One folder of exported models (OpenVINO) for the whole session, so that tests with their own
+    embedding caches do not each re-export the encoder; a test may point the variable elsewhere."""
+    if "TRANSFERDX_MODEL_DIR" in os.environ:
+        yield
+        return
+    os.environ["TRANSFERDX_MODEL_DIR"] = str(tmp_path_factory.mktemp("model-exports"))
+    yield
+    os.environ.pop("TRANSFERDX_MODEL_DIR", None)
+
+
 def data_dir() -> Path:
     return Path(os.environ.get("TRANSFERDX_DATA_DIR", REPO.parent / "shared" / "data")).resolve()
 

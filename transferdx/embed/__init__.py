@@ -1,15 +1,19 @@
 """Frozen encoders: model specs and loading, the on-disk embedding cache, exact top-k search.
 
-Three modules, one job each (none imports this package's ``__init__``):
+Four modules, one job each (none imports this package's ``__init__``):
 
 - :mod:`transferdx.embed.models` — :class:`EncoderSpec`, the registry of model sources
   (:data:`MODEL_SOURCES`), :func:`resolve_model` and :func:`load_sentence_transformer`.
 - :mod:`transferdx.embed.cache` — :class:`EmbeddingCache`: each text embedded once per (model id,
   revision, prompt), in content-addressed, verified chunk files, with claims between runs sharing a
   cache and healing of damaged chunks (:class:`CacheWarning`).
+- :mod:`transferdx.embed.backends` — the encoder's runtime (:class:`Runtime`: torch fp32/bf16/fp16,
+  OpenVINO fp32/bf16/int8), :func:`resolve_runtime` (``auto``: OpenVINO fp32 on a CPU when
+  installed) and the cached OpenVINO export.
 - :mod:`transferdx.embed.topk` — :func:`topk_chunked`, blocked exact top-k by inner product.
 """
 
+from transferdx.embed.backends import BackendUnavailable, Runtime, resolve_runtime
 from transferdx.embed.cache import CHUNK_NAME, CacheWarning, EmbeddingCache, chunk_digest, text_key
 from transferdx.embed.models import (
     MODEL_SOURCES,
@@ -28,15 +32,18 @@ __all__ = [
     "CHUNK_NAME",
     "MODEL_SOURCES",
     "ROLES",
+    "BackendUnavailable",
     "CacheWarning",
     "EmbeddingCache",
     "EncoderSpec",
+    "Runtime",
     "assemble_parts",
     "chunk_digest",
     "infer_source",
     "load_sentence_transformer",
     "model_label",
     "resolve_model",
+    "resolve_runtime",
     "text_key",
     "topk_chunked",
     "with_inferred_source",

@@ -8,7 +8,7 @@ A :class:`Runtime` is a resolved (backend, precision) pair. :func:`resolve_runti
   installed (measured faster with statistics within 1e-6: ``benchmarks/bench_backends.py``), else
   torch fp32. Evaluation and training always use torch fp32 (:func:`torch_fp32`).
 - ``bf16`` needs native support (a CUDA device that has it, or a CPU with ``avx512_bf16``/``amx_bf16``):
-  emulated bf16 was measured 6.5× *slower* than fp32 on an AVX2 CPU, so it is refused there.
+  emulated bf16 was measured 7.9× *slower* than fp32 on an AVX2 CPU, so it is refused there.
 - ``fp16`` is torch on CUDA only; ``int8`` is OpenVINO's post-training static quantisation (NNCF),
   calibrated on the package's own demo texts, and changes the statistics (see the benchmark).
 
@@ -191,6 +191,19 @@ def is_transformer(model: Any) -> bool:
     return True
 
 
+def folder_is_transformer(location: str) -> bool:
+    """Whether the sentence-transformers model at ``location`` starts with a ``Transformer`` module
+    (its ``modules.json``); a location that is not a folder (a hub id) is assumed to."""
+    path = Path(location) / "modules.json" if location else None
+    if path is None or not path.is_file():
+        return not (location and Path(location).is_dir())
+    try:
+        modules = json.loads(path.read_text(encoding="utf-8"))
+        return str(modules[0].get("type", "")).rsplit(".", 1)[-1] == "Transformer"
+    except (OSError, ValueError, IndexError, KeyError, AttributeError, TypeError):
+        return False
+
+
 def _transformer_module(model: Any) -> Any:
     """The sentence-transformers ``Transformer`` module (first module, holding ``.model``)."""
     first = model[0] if len(model) else None
@@ -264,7 +277,8 @@ def _calibration_texts() -> list[str]:
     texts: list[str] = []
     for name in ("queries.jsonl", "passages.jsonl"):
         with open(folder / name, encoding="utf-8") as handle:
-            texts += [json.loads(line)["text"] for line in handle if line.strip()]
+            rows = [json.loads(line) for line in handle if line.strip()]
+            texts += [row["query"] if "query" in row else row["text"] for row in rows]
     return texts[:INT8_CALIBRATION_SIZE]
 
 

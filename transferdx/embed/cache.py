@@ -213,7 +213,8 @@ class EmbeddingCache:
         self._model: Any = None
         self._context: backends.EncodeContext | None = None
         self._location, self.revision = resolve_model(spec, self.cache_dir)
-        self.runtime = self._resolve_runtime(spec, model_factory is None)
+        known = model_factory is None and backends.folder_is_transformer(self._location)
+        self.runtime = self._resolve_runtime(spec, known)
         self.encoded_texts = 0  # texts encoded by this object (not served from disk)
         self._verified: dict[Path, tuple[tuple[int, int, int], np.ndarray]] = {}  # chunk → (stat, keys)
 
@@ -247,8 +248,9 @@ class EmbeddingCache:
 
     @staticmethod
     def _resolve_runtime(spec: EncoderSpec, known_model: bool) -> backends.Runtime:
-        """The spec's runtime. ``auto`` stays torch fp32 for a static model and for a model made by
-        a caller's factory (nothing is known of it); otherwise :func:`backends.runtime_of`."""
+        """The spec's runtime. ``auto`` stays torch fp32 for a model that is not a transformer (a
+        static one) and for a model made by a caller's factory (nothing is known of it); otherwise
+        :func:`backends.runtime_of`."""
         if not known_model or spec.source == "static":
             spec = backends.torch_fp32(spec)
         return backends.runtime_of(spec)

@@ -66,6 +66,7 @@ def recorded_settings(options: AuditOptions, encoder: EmbeddingCache | None, sam
         semantic = options.semantic
         settings.update(
             backbone=encoder.spec.name,
+            encoder_runtime=str(encoder.runtime),
             tau=semantic.tau,
             in_batch=semantic.in_batch,
             background_size=semantic.background_size,

@@ -4,6 +4,7 @@ named preset, model folder or hub id → :class:`EncoderSpec`; any of those, a l
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,15 @@ from transferdx.presets import default_cache_dir, preset_names, read_preset
 EncoderLike = str | Path | EncoderSpec | EmbeddingCache | Any
 
 
-def encoder_spec(encoder: str | Path | EncoderSpec) -> EncoderSpec:
+def encoder_spec(encoder: str | Path | EncoderSpec, **settings: Any) -> EncoderSpec:
     """A named encoder preset (``minilm_l6``, ``mpnet_base``, ``e5_base``, …), a local model folder,
-    or a hub id ``org/name`` (loaded without remote code)."""
+    or a hub id ``org/name`` (loaded without remote code); ``settings`` replace its fields, e.g.
+    ``encoder_spec("minilm_l6", backend="torch", batch_size=16)``."""
+    if settings:
+        unknown = sorted(set(settings) - set(EncoderSpec.__dataclass_fields__))
+        if unknown:
+            raise ValueError(f"unknown encoder settings {unknown}; valid: {sorted(EncoderSpec.__dataclass_fields__)}")
+        return dataclasses.replace(encoder_spec(encoder), **settings)
     if isinstance(encoder, EncoderSpec):
         return encoder
     text = str(encoder)
