@@ -44,6 +44,9 @@ def test_bf16_needs_native_support_and_fp16_needs_cuda(monkeypatch):
         b.resolve_runtime("torch", "fp16", "cpu")
     with pytest.raises(b.BackendUnavailable, match="not offered"):
         b.resolve_runtime("torch", "int8", "cpu")
+    assert b.resolve_runtime("auto", "int8", "cpu") == b.Runtime("openvino", "int8")
+    with pytest.raises(b.BackendUnavailable, match="CUDA"):  # auto picks torch, the one backend with fp16
+        b.resolve_runtime("auto", "fp16", "cpu")
     with pytest.raises(ValueError, match=r"backbone\.backend must be one of"):
         b.resolve_runtime("onnx", "fp32", "cpu")
 

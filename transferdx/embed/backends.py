@@ -112,8 +112,11 @@ def resolve_runtime(backend: str, precision: str, device: str) -> Runtime:
     if precision not in (*all_precisions, "auto"):
         raise ValueError(f"backbone.precision must be one of {['auto', *all_precisions]}, got {precision!r}")
     on_gpu = _device(device).startswith("cuda")
-    if backend == "auto":
-        backend = "torch" if on_gpu or not openvino_installed() else "openvino"
+    if backend == "auto":  # OpenVINO on a CPU where it is installed and offers the precision asked for
+        offered = precision == "auto" or precision in PRECISIONS["openvino"]
+        backend = "openvino" if not on_gpu and openvino_installed() and offered else "torch"
+        if precision == "int8":
+            backend = "openvino"  # only OpenVINO offers it (an error below says what to install)
     if precision == "auto":
         precision = "fp32"
     if precision not in PRECISIONS[backend]:
@@ -313,8 +316,12 @@ def _export(module: Any, runtime: Runtime, target: Path) -> None:
         sums = {name: file_hash(work / name) for name in ("model.xml", "model.bin")}
         atomic_write_text(work / "export.json", json.dumps({"runtime": str(runtime), "sha256": sums}, sort_keys=True))
         if target.exists():
-            shutil.rmtree(target)
-        os.replace(work, target)
+            shutil.rmtree(target, ignore_errors=True)
+        try:
+            os.replace(work, target)
+        except OSError:  # another run put its export there first: keep it if it verifies
+            if not _verified(target):
+                raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
