@@ -1,4 +1,5 @@
-"""Artifacts: atomic writes, output-directory confinement, content hashes and ``.meta.json`` files."""
+"""Artifacts: atomic writes of files and folders, output-directory confinement, content hashes and
+``.meta.json`` files."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import hashlib
 import json
 import os
 import secrets
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -41,6 +43,25 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+@contextmanager
+def atomic_folder(target: str | Path) -> Iterator[Path]:
+    """A fresh folder to fill, published as ``target`` (replacing any folder there) when the block
+    ends without an exception, and removed otherwise, so ``target`` is never half-written. The
+    yielded folder's parent is a private scratch folder for temporary files."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        folder = work / "folder"
+        folder.mkdir()
+        yield folder
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(folder, target)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _umask() -> int:

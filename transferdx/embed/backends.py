@@ -25,16 +25,14 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
-import os
-import shutil
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from transferdx.artifacts import atomic_write_text, content_hash, file_hash
+from transferdx.artifacts import atomic_folder, atomic_write_text, content_hash, file_hash
+from transferdx.embed.models import resolve_device
 
 BACKENDS = ("torch", "openvino")
 PRECISIONS = {"torch": ("fp32", "bf16", "fp16"), "openvino": ("fp32", "bf16", "int8")}
@@ -95,14 +93,6 @@ def openvino_installed() -> bool:
     return importlib.util.find_spec("openvino") is not None
 
 
-def _device(spec_device: str) -> str:
-    if spec_device == "auto":
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return spec_device
-
-
 def resolve_runtime(backend: str, precision: str, device: str) -> Runtime:
     """The runtime a spec's ``backend``/``precision`` (``auto`` allowed) gives on ``device``;
     :class:`BackendUnavailable` when it cannot run here, with one line saying what to do."""
@@ -111,7 +101,7 @@ def resolve_runtime(backend: str, precision: str, device: str) -> Runtime:
     all_precisions = sorted({p for ps in PRECISIONS.values() for p in ps})
     if precision not in (*all_precisions, "auto"):
         raise ValueError(f"backbone.precision must be one of {['auto', *all_precisions]}, got {precision!r}")
-    on_gpu = _device(device).startswith("cuda")
+    on_gpu = resolve_device(device).startswith("cuda")
     if backend == "auto":  # OpenVINO on a CPU where it is installed and offers the precision asked for
         offered = precision == "auto" or precision in PRECISIONS["openvino"]
         backend = "openvino" if not on_gpu and openvino_installed() and offered else "torch"
@@ -309,21 +299,15 @@ def _export(module: Any, runtime: Runtime, target: Path) -> None:
         graph = nncf.quantize(
             graph, nncf.Dataset(texts, features), model_type=nncf.ModelType.TRANSFORMER, subset_size=len(texts)
         )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
-        ov.save_model(graph, str(work / "model.xml"), compress_to_fp16=False)  # fp16 storage would change fp32
-        sums = {name: file_hash(work / name) for name in ("model.xml", "model.bin")}
-        atomic_write_text(work / "export.json", json.dumps({"runtime": str(runtime), "sha256": sums}, sort_keys=True))
-        if target.exists():
-            shutil.rmtree(target, ignore_errors=True)
-        try:
-            os.replace(work, target)
-        except OSError:  # another run put its export there first: keep it if it verifies
-            if not _verified(target):
-                raise
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+        with atomic_folder(target) as work:
+            ov.save_model(graph, str(work / "model.xml"), compress_to_fp16=False)  # fp16 storage would change fp32
+            sums = {name: file_hash(work / name) for name in ("model.xml", "model.bin")}
+            record = json.dumps({"runtime": str(runtime), "sha256": sums}, sort_keys=True)
+            atomic_write_text(work / "export.json", record)
+    except OSError:  # another run put its export there first: keep it if it verifies
+        if not _verified(target):
+            raise
 
 
 def _verified(target: Path) -> bool:
@@ -351,7 +335,8 @@ def load_openvino(module: Any, runtime: Runtime, identity: str, models_dir: Path
         # OpenVINO would run fp32 graphs in bf16 on CPUs that have it: say the precision explicitly
         "INFERENCE_PRECISION_HINT": "bf16" if runtime.precision == "bf16" else "f32",
     }
-    return ov.Core().compile_model(ov.Core().read_model(str(target / "model.xml")), "CPU", config)
+    core = ov.Core()
+    return core.compile_model(core.read_model(str(target / "model.xml")), "CPU", config)
 
 
 _MODEL_CLASS: type | None = None

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-import tempfile
 import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from transferdx.artifacts import content_hash, file_hash
+from transferdx.artifacts import atomic_folder, content_hash, file_hash
 
 ROLES = ("query", "passage")
 
@@ -79,15 +78,12 @@ def assemble_parts(parts: Sequence[Path], target: Path) -> Path:
     """Concatenate a split zip (``parts`` in order), unzip it atomically into ``target``, and return
     the folder inside that holds ``modules.json`` (the sentence-transformers model)."""
     if not (target / ".complete").is_file():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        work = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-        try:
-            archive = work / "model.zip"
+        with atomic_folder(target) as extracted:
+            archive = extracted.parent / "model.zip"
             with open(archive, "wb") as out:
                 for part in parts:
                     with open(part, "rb") as handle:
                         shutil.copyfileobj(handle, out)
-            extracted = work / "model"
             with zipfile.ZipFile(archive) as zf:
                 for member in zf.namelist():  # refuse members that would land outside the folder
                     dest = (extracted / member).resolve()
@@ -96,11 +92,6 @@ def assemble_parts(parts: Sequence[Path], target: Path) -> Path:
                 zf.extractall(extracted)
             archive.unlink()
             (extracted / ".complete").write_text("ok\n")
-            if target.exists():
-                shutil.rmtree(target)
-            extracted.rename(target)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
     found = sorted(p.parent for p in target.rglob("modules.json"))
     if not found:
         raise FileNotFoundError(f"no sentence-transformers model (modules.json) inside {target}")
@@ -189,16 +180,9 @@ def static_from_transformer(folder: str | Path, target: Path, max_length: int | 
     model = SentenceTransformer(
         modules=[StaticEmbedding(tokenizer, embedding_weights=tensors[names[0]].astype("float32"))], device="cpu"
     )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
-        model.save(str(work / "model"))
-        (work / "model" / ".complete").write_text("ok\n")
-        if target.exists():
-            shutil.rmtree(target)
-        (work / "model").rename(target)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    with atomic_folder(target) as folder:
+        model.save(str(folder))
+        (folder / ".complete").write_text("ok\n")
     return target
 
 
@@ -274,17 +258,22 @@ def resolve_model(spec: EncoderSpec, cache_dir: Path) -> tuple[str, str]:
     return source(spec, cache_dir)
 
 
+def resolve_device(device: str) -> str:
+    """``auto`` → ``cuda`` when a CUDA device is available, else ``cpu``; any other device as given."""
+    if device == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
 def load_sentence_transformer(location: str, spec: EncoderSpec) -> Any:
     """The ``SentenceTransformer`` at ``location`` (from :func:`resolve_model`) on the spec's device
     (``auto``: CUDA when available), with its max sequence length; ValueError naming the encoder when
     it cannot be loaded."""
     from sentence_transformers import SentenceTransformer
 
-    device = spec.device
-    if device == "auto":
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = resolve_device(spec.device)
     try:
         model = SentenceTransformer(
             location,
