@@ -1,4 +1,4 @@
-"""Benchmark: memory and time of a lexical audit as the input grows.
+"""Benchmark: memory and time of a lexical audit, and of a semantic one, as the input grows.
 
 14 sources × N records × 8 negatives, synthetic and seeded: ~9,000 distinct passages (40–80 words)
 and 25,000 distinct queries (4–9 words) drawn from a 2,000-word vocabulary; every source asks the
@@ -11,7 +11,20 @@ excluded; CPU time is the steadier figure on a shared machine).
 
 Goal at 25,000 records per source: peak RSS ≤ 2 GB and wall ≤ 60 s on 2 cores.
 
+``--semantic 100000,1000000,5000000`` measures the **semantic** audit instead (issue 24): 4 sources
+× K = 8 negatives over ``negatives / 5`` distinct passages (20–40 words; 5M negatives over 1M
+passages), each source asking its own distinct queries. The encoder is :class:`HashEncoder`, in
+process and fast (a text's vector is the sum of seeded random word vectors, d = 384 like MiniLM),
+so the figures measure transferdx, not a model: load, ψ, encoding into a fresh embedding cache,
+the frozen-encoder statistics chunk by chunk, suspicion, profile and bootstrap (1,000 resamples;
+the composite's own bootstrap off, ``diagnostics.composite.resamples=0``, since its cost is
+resamples × records × d² flops), and every artifact written (``Audit.save``). Each scale also
+prints the vectors' share (distinct texts × d × 4 bytes) and the lexical audit's peak for the
+same file, so the semantic stage's own working set can be read off. Goal: 5M negatives over 1M
+passages within 8 GB.
+
     python benchmarks/bench_scale.py [--scales 2500,10000,25000] [--sources 14] [--k 8]
+    python benchmarks/bench_scale.py --semantic 100000,1000000,5000000
 """
 
 from __future__ import annotations
@@ -31,6 +44,135 @@ N_PASSAGES = 9_000
 N_QUERIES = 25_000
 VOCAB = 2_000
 GOAL_RECORDS, GOAL_RSS_GB, GOAL_SECONDS = 25_000, 2.0, 60.0
+SEM_SOURCES, SEM_K, SEM_DIM, SEM_GOAL_NEGATIVES, SEM_GOAL_GB = 4, 8, 384, 5_000_000, 8.0
+
+
+class HashEncoder:
+    """A fast deterministic in-process encoder with ``SentenceTransformer.encode``'s interface: a
+    text's vector is the sum of seeded random vectors of its lower-cased words (hashed into a
+    table of ``buckets`` rows), so texts sharing words are similar. Not a model; a benchmark aid."""
+
+    def __init__(self, dim: int = SEM_DIM, buckets: int = 1 << 16, seed: int = 0):
+        self.table = np.random.default_rng(seed).standard_normal((buckets, dim)).astype(np.float32)
+        self.buckets = buckets
+        self.max_seq_length = 256
+
+    def encode(self, texts: list[str], **_kwargs: object) -> np.ndarray:
+        import zlib
+
+        ids, owner = [], []
+        for i, text in enumerate(texts):
+            words = text.lower().split()
+            ids.extend(zlib.crc32(w.encode()) % self.buckets for w in words)
+            owner.extend([i] * len(words))
+        out = np.zeros((len(texts), self.table.shape[1]), dtype=np.float32)
+        np.add.at(out, np.asarray(owner, dtype=np.int64), self.table[np.asarray(ids, dtype=np.int64)])
+        return out
+
+
+def write_semantic(folder: Path, n_negatives: int, seed: int = 0) -> dict[str, int]:
+    """``SEM_SOURCES`` records files, ``SEM_K`` negatives per record over ``n_negatives / 5``
+    distinct passages; returns the counts written."""
+    rng = np.random.default_rng(seed)
+    vocab = vocabulary(rng, VOCAB)
+    n_passages = max(1000, n_negatives // 5)
+    passage_json = [json.dumps(t) for t in texts(rng, vocab, n_passages, 20, 40)]
+    per_source = n_negatives // (SEM_SOURCES * SEM_K)
+    queries = texts(rng, vocab, per_source * SEM_SOURCES, 4, 9)
+    used: set[int] = set()
+    n_neg = 0
+    for s in range(SEM_SOURCES):
+        name = f"source{s}"
+        src_rng = np.random.default_rng([seed, s])
+        positives = src_rng.integers(0, n_passages, size=per_source)
+        near = positives[:, None] + src_rng.integers(1, 50 * (s + 1), size=(per_source, SEM_K))
+        far = src_rng.integers(0, n_passages, size=(per_source, SEM_K))
+        picks = np.where(src_rng.random((per_source, SEM_K)) < 0.5, near, far) % n_passages
+        with open(folder / f"{name}.jsonl", "w", encoding="utf-8") as out:
+            for i in range(per_source):
+                p0 = int(positives[i])
+                negs = [int(j) for j in dict.fromkeys(picks[i].tolist()) if j != p0]
+                used.update(negs)
+                used.add(p0)
+                n_neg += len(negs)
+                neg_json = ", ".join(f'{{"id": "D{j}", "text": {passage_json[j]}}}' for j in negs)
+                q = queries[s * per_source + i]
+                out.write(
+                    f'{{"qid": "q{i}", "query": {json.dumps(q)}, "positives": [{{"id": "D{p0}", '
+                    f'"text": {passage_json[p0]}}}], "negatives": [{neg_json}], "source": "{name}"}}\n'
+                )
+    return {"records": per_source * SEM_SOURCES, "negatives": n_neg, "passages": len(used)}
+
+
+def semantic_child(folder: str, lexical: bool) -> None:
+    """Runs in the measured subprocess: the public audit of ``folder`` (with :class:`HashEncoder`
+    unless ``lexical``), artifacts written beside it."""
+    import dataclasses
+
+    import transferdx as tdx
+    from transferdx.auditing.core import SemanticSettings
+    from transferdx.diagnostics.composite import CompositeSettings
+    from transferdx.embed import EmbeddingCache, EncoderSpec
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    encoder = None
+    semantic = None
+    if not lexical:
+        spec = EncoderSpec(name="hash384", model="memory:hash384", source="memory", revision="hash384")
+        model = HashEncoder()
+        encoder = EmbeddingCache(spec, Path(folder) / "cache", progress=False, model_factory=lambda _l, _s: model)
+        semantic = SemanticSettings(composite=dataclasses.replace(CompositeSettings(), resamples=0))
+    result = tdx.audit(folder, encoder=encoder, controls="none", **({"semantic": semantic} if semantic else {}))
+    result.save(Path(folder) / ("out-lexical" if lexical else "out"))
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(
+        json.dumps(
+            {"wall_s": wall, "cpu_s": cpu, "peak_mb": peak_kb / 1024, "negatives_audited": len(result.negatives)}
+        )
+    )
+
+
+def run_child(args: list[str]) -> dict[str, float]:
+    proc = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        print(proc.stderr[-3000:], file=sys.stderr)
+        raise SystemExit(f"{args} failed (exit {proc.returncode})")
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def semantic_main(scales: list[int], with_lexical: bool, json_path: str | None) -> None:
+    print(
+        f"{'negatives':>10} {'records':>8} {'passages':>9} {'vectors':>8} {'peak RSS':>9} {'wall':>8} {'cpu':>8}"
+        f" {'lexical peak':>12}"
+    )
+    rows = []
+    for n in scales:
+        with tempfile.TemporaryDirectory(prefix="bench_scale_sem_") as tmp:
+            counts = write_semantic(Path(tmp), n)
+            out = run_child(["--semantic-child", tmp])
+            lex = run_child(["--semantic-child", tmp, "--lexical"]) if with_lexical else None
+        if out["negatives_audited"] != counts["negatives"]:
+            raise SystemExit(f"audited {out['negatives_audited']} negatives, wrote {counts['negatives']}")
+        distinct = counts["passages"] + counts["records"]  # passages and queries, each one vector
+        vectors_gb = distinct * SEM_DIM * 4 / 2**30
+        row = {**counts, "vectors_gb": vectors_gb, **out, "lexical_peak_mb": lex["peak_mb"] if lex else None}
+        rows.append(row)
+        lex_text = f"{lex['peak_mb'] / 1024:>9.2f} GB" if lex else f"{'-':>12}"
+        print(
+            f"{counts['negatives']:>10,} {counts['records']:>8,} {counts['passages']:>9,} {vectors_gb:>6.2f} GB "
+            f"{out['peak_mb'] / 1024:>6.2f} GB {out['wall_s']:>6.1f} s {out['cpu_s']:>6.1f} s {lex_text}",
+            flush=True,
+        )
+    if json_path:
+        Path(json_path).write_text(json.dumps(rows, indent=2) + "\n")
+    goal = [r for r in rows if r["negatives"] >= SEM_GOAL_NEGATIVES * 0.99]
+    if goal:
+        ok = goal[-1]["peak_mb"] / 1024 <= SEM_GOAL_GB
+        print(
+            f"{'PASS' if ok else 'FAIL'}: {goal[-1]['negatives']:,} negatives over {goal[-1]['passages']:,} passages: "
+            f"peak {goal[-1]['peak_mb'] / 1024:.2f} GB (goal <= {SEM_GOAL_GB:.0f} GB)"
+        )
 
 
 def vocabulary(rng: np.random.Generator, size: int) -> list[str]:
@@ -106,10 +248,21 @@ def main() -> None:
     parser.add_argument("--scales", default="2500,10000,25000", help="records per source, comma-separated")
     parser.add_argument("--sources", type=int, default=14)
     parser.add_argument("--k", type=int, default=8, help="negatives drawn per record")
+    parser.add_argument("--semantic", help="negatives per scale for the semantic audit, comma-separated")
+    parser.add_argument("--no-lexical", action="store_true", help="--semantic: skip the lexical audit of each file")
+    parser.add_argument("--json", help="--semantic: also write the rows here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--semantic-child", help=argparse.SUPPRESS)
+    parser.add_argument("--lexical", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args.child)
+        return
+    if args.semantic_child:
+        semantic_child(args.semantic_child, args.lexical)
+        return
+    if args.semantic:
+        semantic_main([int(x) for x in args.semantic.split(",")], not args.no_lexical, args.json)
         return
 
     print(f"{'records':>9} {'negatives':>10} {'passages':>9} {'peak RSS':>10} {'wall':>8} {'cpu':>8}")

@@ -74,6 +74,27 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def atomic_write_csv(path: str | Path, frame: Any, chunk_rows: int = 100_000) -> Path:
+    """Write ``frame`` as :func:`csv_text` would (the same bytes) through a temporary file and
+    ``os.replace``, ``chunk_rows`` rows at a time, so a table of millions of rows is never one string."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.chmod(tmp, 0o666 & ~_umask())
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            for start in range(0, max(len(frame), 1), chunk_rows):
+                part = frame.iloc[start : start + chunk_rows]
+                part.to_csv(handle, index=False, header=start == 0, lineterminator="\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
 def csv_text(frame: Any, index: bool = False) -> str:
     """A DataFrame as CSV text with ``\n`` line ends, so equal frames give equal bytes anywhere."""
     return str(frame.to_csv(index=index, lineterminator="\n"))

@@ -285,9 +285,26 @@ def semantic_settings(cfg: DictConfig) -> SemanticSettings:
         background_size=int(d.background_size),
         in_batch=bool(d.in_batch),
         batch_size=int(d.batch_size),
-        composite=CompositeSettings(**{str(k): float(v) for k, v in d.composite.items()}),  # type: ignore[arg-type]
+        composite=composite_settings(d.composite),
+        chunk_negatives=int(d.get("chunk_negatives", SemanticSettings.chunk_negatives)),
         suspicion=suspicion_settings(d.get("suspicion") or {}),
     )
+
+
+def composite_settings(node: Any) -> CompositeSettings:
+    """``diagnostics.composite``: ε and the exponents (floats), ``resamples`` (null: the audit's
+    bootstrap.resamples; 0: no CI); unknown keys are an error."""
+    values = dict(plain(node)) if OmegaConf.is_config(node) else dict(node)
+    valid = {"eps", "exp_rho", "exp_eta", "exp_psi", "zero_tol", "chunk", "resamples"}
+    unknown = sorted(set(values) - valid)
+    if unknown:
+        raise ValueError(f"unknown diagnostics.composite settings {unknown}; valid: {sorted(valid)}")
+    fields: dict[str, Any] = {k: float(v) for k, v in values.items() if k not in ("chunk", "resamples")}
+    if "chunk" in values:
+        fields["chunk"] = int(values["chunk"])
+    if values.get("resamples") is not None:
+        fields["resamples"] = int(values["resamples"])
+    return CompositeSettings(**fields)
 
 
 def suspicion_settings(node: Any) -> SuspicionSettings:

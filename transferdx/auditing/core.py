@@ -24,6 +24,7 @@ from transferdx.auditing.profiles import (
 )
 from transferdx.diagnostics.composite import CompositeSettings, composite_with_ci, weights
 from transferdx.diagnostics.lexical import coverage_bucket, negative_residuality
+from transferdx.diagnostics.rows import IndexedRows
 from transferdx.diagnostics.semantic import BANDS, BandCuts, buckets, in_batch_scores, record_scores
 from transferdx.diagnostics.suspicion import (
     SuspicionInputs,
@@ -50,6 +51,12 @@ class SemanticSettings:
     batch_size: int = 32
     composite: CompositeSettings = field(default_factory=CompositeSettings)
     suspicion: SuspicionSettings = field(default_factory=SuspicionSettings)
+    # negatives scored per chunk: bounds the working set beyond the vectors (values do not depend on it)
+    chunk_negatives: int = 32_768
+
+    def __post_init__(self) -> None:
+        if self.chunk_negatives < 1:
+            raise ValueError(f"chunk_negatives must be ≥ 1, got {self.chunk_negatives}")
 
 
 @dataclass(frozen=True)
@@ -339,7 +346,12 @@ def _semantic(
 ) -> dict[str, dict[str, Any]]:
     """Adds the frozen-encoder columns to ``negatives`` and ``per_record`` (in place); returns the
     per-source composites with their percentile bootstrap CIs over records (``<form>_ci_low`` /
-    ``<form>_ci_high``; the source's own stream, so the same resamples as its other statistics)."""
+    ``<form>_ci_high``; the source's own stream, so the same resamples as its other statistics).
+
+    Memory: each distinct text's vector is held once (queries Q, passages P); the per-negative
+    embeddings are gathers of their rows (:class:`IndexedRows`), scored ``s.chunk_negatives`` at
+    a time, so the working set beyond the vectors and the output columns is bounded. The values do
+    not depend on the chunking (tests: whole and chunked audits give the same bytes)."""
     counts = per_record["n_negatives"].to_numpy()
     owner = np.repeat(np.arange(len(records)), counts)
     queries = list(dict.fromkeys(r.query for r in records))
@@ -349,12 +361,16 @@ def _semantic(
             [r.positives[0].text for r in records] + [n.text for r in records for n in r.negatives] + background
         )
     )
-    q_vec = dict(zip(queries, encoder.embed(queries, "query"), strict=True))
-    p_vec = dict(zip(passages, encoder.embed(passages, "passage"), strict=True))
-    e_q = np.stack([q_vec[r.query] for r in records])
-    e_p = np.stack([p_vec[r.positives[0].text] for r in records])
-    e_n = np.stack([p_vec[n.text] for r in records for n in r.negatives])
-    bg = np.mean([p_vec[t] for t in background], axis=0)
+    q_vec = encoder.embed(queries, "query")
+    p_vec = encoder.embed(passages, "passage")
+    q_at = {t: i for i, t in enumerate(queries)}
+    p_at = {t: i for i, t in enumerate(passages)}
+    q_rows = np.fromiter((q_at[r.query] for r in records), dtype=np.int64, count=len(records))
+    p_rows = np.fromiter((p_at[r.positives[0].text] for r in records), dtype=np.int64, count=len(records))
+    n_rows = np.fromiter((p_at[n.text] for r in records for n in r.negatives), dtype=np.int64, count=len(owner))
+    bg = p_vec[[p_at[t] for t in background]].mean(axis=0)
+    del q_at, p_at, queries, passages
+    e_q, e_p, e_n = IndexedRows(q_vec, q_rows), IndexedRows(p_vec, p_rows), IndexedRows(p_vec, n_rows)
 
     extra = None
     if s.in_batch:
@@ -363,10 +379,10 @@ def _semantic(
         for name in sorted(set(sources)):
             rows = np.flatnonzero(sources == name)
             order = np.random.default_rng([seed, 0x1B]).permutation(len(rows))
-            scores = in_batch_scores(e_q[rows], e_p[rows], s.batch_size, order)
+            scores = in_batch_scores(e_q.take(rows), e_p.take(rows), s.batch_size, order)
             for i, g in enumerate(rows):
                 extra[g] = scores[i]
-    neg, rec = record_scores(e_q, e_p, e_n, counts, s.tau, bg, s.cuts, extra)
+    neg, rec = _chunked_scores(e_q, e_p, e_n, counts, bg, extra, s)
 
     negatives["s_qn"] = neg["s_qn"]
     negatives["rho"] = neg["rho"]
@@ -375,7 +391,7 @@ def _semantic(
     negatives["band"] = np.asarray(BANDS, dtype=object)[neg["band"]]
     negatives["pi"] = neg["pi"]
     negatives["energy"] = neg["energy"]
-    negatives["s_pn"] = np.einsum("ij,ij->i", e_p[owner], e_n) if len(e_n) else np.zeros(0)
+    negatives["s_pn"] = neg["s_pn"]
     for key in ("s_qp", "background", "rho", "eta", "inversion", "margin", "loss", "energy", "hardness"):
         per_record[key] = rec[key]
     margin = rec["margin"]
@@ -391,17 +407,18 @@ def _semantic(
     w = weights(neg["rho"], neg["eta"], negatives["psi"].to_numpy(dtype=np.float64), s.composite)
     neg_source = negatives["source"].to_numpy()
     rec_source = per_record["source"].to_numpy()
+    n_resamples = resamples if s.composite.resamples is None else s.composite.resamples
     composites: dict[str, dict[str, Any]] = {}
     for name in sorted(set(neg_source)):
-        mask = neg_source == name
+        mask = np.flatnonzero(neg_source == name)
         rec_rows = np.flatnonzero(rec_source == name)  # the source's records, in profile order
         estimates = composite_with_ci(
-            e_q[owner[mask]],
-            e_p[owner[mask]],
-            e_n[mask],
+            e_q.take(owner[mask]),
+            e_p.take(owner[mask]),
+            e_n.take(mask),
             w[mask],
             np.searchsorted(rec_rows, owner[mask]),
-            resample_counts(len(rec_rows), bootstrap_rng(seed, per_record["qid"].to_numpy()[rec_rows]), resamples),
+            resample_counts(len(rec_rows), bootstrap_rng(seed, per_record["qid"].to_numpy()[rec_rows]), n_resamples),
             confidence,
             s.composite,
         )
@@ -410,8 +427,49 @@ def _semantic(
             composites[name][f"composite_{form}"] = est.value
             composites[name][f"composite_{form}_ci_low"] = est.ci_low
             composites[name][f"composite_{form}_ci_high"] = est.ci_high
-        composites[name]["embedding_dim"] = int(e_q.shape[1])
+        composites[name]["embedding_dim"] = int(q_vec.shape[1])
     return composites
+
+
+def _chunked_scores(
+    e_q: IndexedRows,
+    e_p: IndexedRows,
+    e_n: IndexedRows,
+    counts: np.ndarray,
+    background: np.ndarray,
+    extra: list[np.ndarray] | None,
+    s: SemanticSettings,
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """:func:`record_scores` over consecutive chunks of whole records, each with at most
+    ``s.chunk_negatives`` negatives (or one record), plus s(p,n) per negative; the chunks' values
+    written into full-length arrays. Every value is per negative or per record, so the result is the
+    same bytes whatever the chunk size."""
+    counts = np.asarray(counts, dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    n_rec, n_neg = len(counts), int(starts[-1])
+    neg: dict[str, np.ndarray] = {}
+    rec: dict[str, np.ndarray] = {}
+    a = 0
+    while a < n_rec:
+        b = max(a + 1, int(np.searchsorted(starts, starts[a] + s.chunk_negatives, side="right")) - 1)
+        b = min(b, n_rec)
+        lo, hi = int(starts[a]), int(starts[b])
+        q, p, k = e_q[a:b], e_p[a:b], counts[a:b]
+        n_c = e_n[lo:hi]
+        chunk_neg, chunk_rec = record_scores(
+            q, p, n_c, k, s.tau, background, s.cuts, extra[a:b] if extra is not None else None
+        )
+        chunk_neg["s_pn"] = np.einsum("ij,ij->i", np.repeat(p, k, axis=0), n_c) if hi > lo else np.zeros(0)
+        for key, values in chunk_neg.items():
+            if key not in neg:
+                neg[key] = np.empty(n_neg, dtype=values.dtype)
+            neg[key][lo:hi] = values
+        for key, values in chunk_rec.items():
+            if key not in rec:
+                rec[key] = np.empty(n_rec, dtype=values.dtype)
+            rec[key][a:b] = values
+        a = b
+    return neg, rec
 
 
 def describe(

@@ -13,7 +13,15 @@ from typing import Any
 
 import pandas as pd
 
-from transferdx.artifacts import atomic_write_bytes, atomic_write_text, canonical_json, csv_text, safe_join, write_meta
+from transferdx.artifacts import (
+    atomic_write_bytes,
+    atomic_write_csv,
+    atomic_write_text,
+    canonical_json,
+    csv_text,
+    safe_join,
+    write_meta,
+)
 from transferdx.auditing.core import AuditResult
 from transferdx.auditing.verdict import audit_facts, verdict_lines
 from transferdx.diagnostics.semantic import BANDS
@@ -109,9 +117,11 @@ def _with_ci(frame: pd.DataFrame, stats: list[tuple[str, str, str]], fmt: str = 
         if col not in frame:
             continue
         out[label] = [
-            "—" if math.isnan(v) else f"{v:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]"
+            "—"
+            if math.isnan(v)
+            else f"{v:{fmt}}" + ("" if math.isnan(lo) and math.isnan(hi) else f" [{lo:{fmt}}, {hi:{fmt}}]")
             for v, lo, hi in zip(frame[col], frame[f"{prefix}_ci_low"], frame[f"{prefix}_ci_high"], strict=True)
-        ]
+        ]  # a value without a CI (no resamples, e.g. diagnostics.composite.resamples=0) shows alone
     return out
 
 
@@ -555,8 +565,8 @@ def write_audit(result: AuditResult, out_dir: str | Path, settings: Mapping[str,
     if result.fn_evaluation:
         profile_dict = {**profile_dict, "fn_evaluation": dict(result.fn_evaluation)}
     atomic_write_text(paths["profile_json"], canonical_json(_json_safe(profile_dict)))
-    atomic_write_text(paths["records"], csv_text(result.records))
-    atomic_write_text(paths["negatives"], csv_text(result.negatives))
+    atomic_write_csv(paths["records"], result.records)  # streamed: millions of rows at MS MARCO scale
+    atomic_write_csv(paths["negatives"], result.negatives)
     atomic_write_text(paths["exclusions"], csv_text(exclusions_frame(result.exclusions)))
     atomic_write_text(paths["suspects"], csv_text(result.suspects))
     atomic_write_text(paths["report"], render_report(result, settings))

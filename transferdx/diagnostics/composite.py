@@ -3,7 +3,9 @@
 Residual r_ik = the part of e_{n_k} orthogonal to span{e_q, e_p}, unit-normalised; a residual with
 ‖r‖ < ``zero_tol`` contributes nothing (zero-residual convention). Weight w_ik = ρ^a · η^b · ψ^c.
 M = (1/n) Σ_ik w_ik r_ik r_ikᵀ over the n negatives of a source (d × d, accumulated in chunks,
-never n × n).
+never n × n). The embeddings may be :class:`~transferdx.diagnostics.rows.IndexedRows` (gathers of
+the distinct texts' vectors): every kernel here takes them a block of rows at a time, so a source's
+per-negative embeddings are never built whole.
 
 - ``logdet`` form: (1/d) log det(I + M/ε) ≥ 0 — spread of weighted residual directions.
 - ``trace`` form: tr(M)/ε ≥ 0 — total weighted residual mass.
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from transferdx.diagnostics.rows import Rows
 from transferdx.resampling import percentile_ci
 
 
@@ -31,10 +34,15 @@ class CompositeSettings:
     exp_psi: float = 1.0
     zero_tol: float = 1e-6
     chunk: int = 4096
+    # bootstrap resamples of the composite's CI: None = the audit's; 0 = no CI (the value alone; at
+    # MS MARCO scale the bootstrap costs resamples × records × d² flops)
+    resamples: int | None = None
 
     def __post_init__(self) -> None:
         if not self.eps > 0:
             raise ValueError(f"composite ε must be > 0, got {self.eps}")
+        if self.resamples is not None and self.resamples < 0:
+            raise ValueError(f"composite resamples must be ≥ 0 (0: no CI), got {self.resamples}")
 
 
 def residuals(e_q: np.ndarray, e_p: np.ndarray, e_n: np.ndarray, zero_tol: float = 1e-6) -> np.ndarray:
@@ -65,9 +73,7 @@ def weights(rho: np.ndarray, eta: np.ndarray, psi: np.ndarray, s: CompositeSetti
     return np.nan_to_num(w, nan=0.0)
 
 
-def weighted_scatter(
-    e_q: np.ndarray, e_p: np.ndarray, e_n: np.ndarray, w: np.ndarray, s: CompositeSettings
-) -> np.ndarray:
+def weighted_scatter(e_q: Rows, e_p: Rows, e_n: Rows, w: np.ndarray, s: CompositeSettings) -> np.ndarray:
     """M = (1/n) Σ w r rᵀ, accumulated ``s.chunk`` negatives at a time (rows of e_q/e_p aligned to e_n)."""
     n, d = e_n.shape
     m = np.zeros((d, d))
@@ -95,7 +101,7 @@ COMPOSITE_FORMS: dict[str, Callable[[np.ndarray, float], float]] = {"logdet": lo
 
 
 def composite(
-    e_q: np.ndarray, e_p: np.ndarray, e_n: np.ndarray, w: np.ndarray, s: CompositeSettings = CompositeSettings()
+    e_q: Rows, e_p: Rows, e_n: Rows, w: np.ndarray, s: CompositeSettings = CompositeSettings()
 ) -> dict[str, float]:
     """Every registered composite form for one source."""
     m = weighted_scatter(e_q, e_p, e_n, w, s)
@@ -112,9 +118,9 @@ BOOTSTRAP_BLOCK = 2**25
 
 
 def _record_scatters(
-    e_q: np.ndarray,
-    e_p: np.ndarray,
-    e_n: np.ndarray,
+    e_q: Rows,
+    e_p: Rows,
+    e_n: Rows,
     w: np.ndarray,
     order: np.ndarray,
     starts: np.ndarray,
@@ -154,9 +160,9 @@ def _logdet_batch(a: np.ndarray) -> np.ndarray:
 
 
 def composite_bootstrap(
-    e_q: np.ndarray,
-    e_p: np.ndarray,
-    e_n: np.ndarray,
+    e_q: Rows,
+    e_p: Rows,
+    e_n: Rows,
     w: np.ndarray,
     owner: np.ndarray,
     counts: Iterable[np.ndarray],
@@ -202,9 +208,9 @@ class CompositeEstimate:
 
 
 def composite_with_ci(
-    e_q: np.ndarray,
-    e_p: np.ndarray,
-    e_n: np.ndarray,
+    e_q: Rows,
+    e_p: Rows,
+    e_n: Rows,
     w: np.ndarray,
     owner: np.ndarray,
     counts: Iterable[np.ndarray],
@@ -220,6 +226,9 @@ def composite_with_ci(
     boot = composite_bootstrap(e_q, e_p, e_n, w, owner, counts, s)
     out: dict[str, CompositeEstimate] = {}
     for form, value in values.items():
+        if not len(boot[form]):  # no resamples (``resamples: 0``): the value without a CI
+            out[form] = CompositeEstimate(value, float("nan"), float("nan"))
+            continue
         low, high = percentile_ci(boot[form][:, None], confidence)
         out[form] = CompositeEstimate(value, float(low[0]), float(high[0]))
     return out
@@ -240,21 +249,37 @@ def _workers(workers: int | None) -> int:
 
 @dataclass
 class _Source:
-    """One source's residuals, grouped by record (negatives of record j: ``starts[j]:starts[j+1]``)."""
+    """One source's negatives grouped by record (negatives of record j: ``starts[j]:starts[j+1]``);
+    the residuals of all of them (n × d float64) only when the dual route asks (it runs only when
+    their n × n Gram matrix fits the block, so they are small then)."""
 
-    r: np.ndarray  # (n, d) unit residuals (zero rows where ‖r‖ < tol), in record order
+    e: tuple[Rows, Rows, Rows]  # the caller's (e_q, e_p, e_n)
+    zero_tol: float
     w: np.ndarray  # (n,) weights, in record order
     order: np.ndarray  # record-order position → row of the caller's arrays
     starts: np.ndarray  # (n_records + 1,)
     sizes: np.ndarray  # (n_records,) K_j as float64
     rec_of: np.ndarray  # (n,) record of each row of r
-    norm2: np.ndarray  # (n,) ‖r_i‖² (1 or 0)
+    _r: np.ndarray | None = None
+
+    @property
+    def r(self) -> np.ndarray:
+        """(n, d) unit residuals (zero rows where ‖r‖ < tol), in record order."""
+        if self._r is None:
+            e_q, e_p, e_n = self.e
+            self._r = residuals(e_q[self.order], e_p[self.order], e_n[self.order], self.zero_tol)
+        return self._r
+
+    @property
+    def norm2(self) -> np.ndarray:
+        """(n,) ‖r_i‖² (1 or 0)."""
+        return np.einsum("ij,ij->i", self.r, self.r)
 
 
 def _composite_bootstrap(
-    e_q: np.ndarray,
-    e_p: np.ndarray,
-    e_n: np.ndarray,
+    e_q: Rows,
+    e_p: Rows,
+    e_n: Rows,
     w: np.ndarray,
     owner: np.ndarray,
     counts: Iterable[np.ndarray],
@@ -278,25 +303,25 @@ def _composite_bootstrap(
                 n_rec = chunk.shape[1]
                 sizes = np.bincount(owner, minlength=n_rec).astype(np.float64)
                 starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-                r = residuals(e_q[order], e_p[order], e_n[order], s.zero_tol)
                 src = _Source(
-                    r=r,
+                    e=(e_q, e_p, e_n),
+                    zero_tol=s.zero_tol,
                     w=np.asarray(w, dtype=np.float64)[order],
                     order=order,
                     starts=starts,
                     sizes=sizes,
                     rec_of=owner[order],
-                    norm2=np.einsum("ij,ij->i", r, r),
                 )
             values = {name: np.full(len(chunk), np.nan) for name in COMPOSITE_FORMS}
             n_neg = chunk @ src.sizes
             ok = n_neg > 0
-            live = (chunk[:, src.rec_of] * src.w) > 0  # (B, n): rows with D_i > 0
-            m = live.sum(axis=1)
-            fits = len(src.r) ** 2 <= block
+            fits = len(src.order) ** 2 <= block
+            live = m = np.zeros(0)
             if route == "dual" or (route == "auto" and dual_ok and fits):
+                live = (chunk[:, src.rec_of] * src.w) > 0  # (B, n): rows with D_i > 0
+                m = live.sum(axis=1)
                 use_dual = ok & ((m < d) | (route == "dual"))
-            else:
+            else:  # (B × n) work only where the dual route may run
                 use_dual = np.zeros(len(chunk), dtype=bool)
             rows_dual = np.flatnonzero(use_dual)
             rows_primal = np.flatnonzero(ok & ~use_dual)
@@ -358,9 +383,9 @@ class _Primal:
 
     def __init__(
         self,
-        e_q: np.ndarray,
-        e_p: np.ndarray,
-        e_n: np.ndarray,
+        e_q: Rows,
+        e_p: Rows,
+        e_n: Rows,
         w: np.ndarray,
         src: _Source,
         s: CompositeSettings,

@@ -17,6 +17,9 @@ Per record:
 - margin m_i = s(q,p) − max_k s(q,n_k) ∈ [−2, 2]; < 0 inverted, = 0 tie, > 0 positive first.
 - loss L_i = −log π_0 ≥ 0 with π = softmax([s(q,p), s(q,n_1..K), (in-batch s(q,p_j))] / τ).
 - gradient energy E_i = Σ_k ‖(π_k/τ)(e_{n_k} − e_p)‖² ≥ 0 (InfoNCE gradient w.r.t. e_q, per negative).
+
+Every value is per negative or per record, so records may be scored a chunk at a time with the same
+bytes (``transferdx.auditing.core`` scores ``chunk_negatives`` at a time).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.special import expit
+
+from transferdx.diagnostics.rows import Rows
 
 BANDS = ("inverted", "hard", "medium", "easy")
 
@@ -104,10 +109,11 @@ def segment_sum(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return np.bincount(owner, weights=values, minlength=len(counts))
 
 
-def in_batch_scores(e_q: np.ndarray, e_p: np.ndarray, batch_size: int, order: np.ndarray) -> list[np.ndarray]:
+def in_batch_scores(e_q: Rows, e_p: Rows, batch_size: int, order: np.ndarray) -> list[np.ndarray]:
     """For each record, s(q_i, p_j) over the other records j of its batch (B − 1 extra negatives).
 
-    Batches are consecutive runs of ``batch_size`` records in ``order`` (a seeded permutation).
+    Batches are consecutive runs of ``batch_size`` records in ``order`` (a seeded permutation);
+    ``e_q``/``e_p`` may be lazy gathers (:class:`~transferdx.diagnostics.rows.IndexedRows`).
     """
     if batch_size < 2:
         raise ValueError(f"in-batch negatives need a batch size ≥ 2, got {batch_size}")
@@ -150,7 +156,9 @@ def record_scores(
         "eta": eta(s_qn),
         "band": bands(s_qp_n, s_qn, tau, cuts),
     }
-    b = e_q @ background if background is not None else np.full(len(counts), np.nan)
+    # row by row (einsum, not a BLAS matrix-vector product), so a record's b(q) does not depend on
+    # which other records are scored with it: chunked and whole audits give the same bytes
+    b = np.einsum("ij,j->i", e_q, background) if background is not None else np.full(len(counts), np.nan)
     neg["hardness"] = hardness(s_qp_n, s_qn, b[owner])
 
     max_n = segment_max(s_qn, counts)
@@ -166,7 +174,9 @@ def record_scores(
     if extra_negatives is not None:
         z += np.array([np.exp((x - t) / tau).sum() for x, t in zip(extra_negatives, top, strict=True)])
     pi_neg = exp_neg / z[owner]
-    diff_sq = np.einsum("ij,ij->i", e_n - e_p[owner], e_n - e_p[owner]).astype(np.float64)
+    diff = e_n - e_p[owner]
+    diff_sq = np.einsum("ij,ij->i", diff, diff).astype(np.float64)
+    del diff
     neg["pi"] = pi_neg
     neg["energy"] = (pi_neg / tau) ** 2 * diff_sq
 

@@ -141,7 +141,12 @@ def resolve_runtime(backend: str, precision: str, device: str) -> Runtime:
 
 
 def runtime_of(spec: Any) -> Runtime:
-    """:func:`resolve_runtime` of an :class:`~transferdx.embed.models.EncoderSpec`."""
+    """:func:`resolve_runtime` of an :class:`~transferdx.embed.models.EncoderSpec`; several encoding
+    processes run torch fp32 (:func:`transferdx.embed.pool.multi_process_runtime`)."""
+    from transferdx.embed.pool import is_multi_process, multi_process_runtime
+
+    if is_multi_process(spec):
+        return resolve_runtime(*multi_process_runtime(spec.backend, spec.precision), spec.device)
     return resolve_runtime(spec.backend, spec.precision, spec.device)
 
 

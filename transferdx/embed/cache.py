@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 import transferdx.embed.backends as backends
 from transferdx.artifacts import atomic_write_bytes, atomic_write_text, canonical_json, content_hash
 from transferdx.embed.models import EncoderSpec, load_sentence_transformer, resolve_model
+from transferdx.embed.pool import EncodePool, encode_devices
 
 try:
     import fcntl
@@ -212,10 +213,12 @@ class EmbeddingCache:
         self._model_factory = model_factory or load_sentence_transformer
         self._model: Any = None
         self._context: backends.EncodeContext | None = None
+        self._pool: EncodePool | None = None
         self._location, self.revision = resolve_model(spec, self.cache_dir)
         known = model_factory is None and backends.folder_is_transformer(self._location)
         self.runtime = self._resolve_runtime(spec, known)
         self.encoded_texts = 0  # texts encoded by this object (not served from disk)
+        self.pooled_texts = 0  # of which encoded by the multi-process pool
         self._verified: dict[Path, tuple[tuple[int, int, int], np.ndarray]] = {}  # chunk → (stat, keys)
 
     @classmethod
@@ -462,14 +465,23 @@ class EmbeddingCache:
             leave=False,
         )
         pending = _Pending(self, folder, index)
+        pool = self._encode_pool() if len(units) > 1 else None
+        group = 4 * len(pool.devices) if pool is not None else 1  # units in flight per pool round trip
         try:
             deferred = []
-            for unit in units:
-                claim = _Claim.try_acquire(self._claim_path(folder, unit))
-                if claim is None:
-                    deferred.append(unit)
+            for start in range(0, len(units), group):
+                claimed = []
+                for unit in units[start : start + group]:
+                    claim = _Claim.try_acquire(self._claim_path(folder, unit))
+                    if claim is None:
+                        deferred.append(unit)
+                    else:
+                        claimed.append((unit, claim))
+                if pool is not None:
+                    bar.update(self._encode_pooled(folder, claimed, first, index, prompt, pending, pool))
                     continue
-                bar.update(self._encode_unit(folder, unit, first, index, prompt, claim, pending))
+                for unit, claim in claimed:
+                    bar.update(self._encode_unit(folder, unit, first, index, prompt, claim, pending))
             pending.flush()
             self._await(folder, deferred, first, index, prompt, pending, bar)
         except BaseException:
@@ -510,6 +522,67 @@ class EmbeddingCache:
         if pending.due():
             pending.flush()
         return before
+
+    def _encode_pooled(
+        self,
+        folder: Path,
+        claimed: list[tuple[list[bytes], _Claim]],
+        first: dict[bytes, str],
+        index: _Index,
+        prompt: str,
+        pending: _Pending,
+        pool: EncodePool,
+    ) -> int:
+        """Encode claimed units through the multi-process pool: each full unit whose texts are all
+        missing is one pool chunk (one model batch, as in one process); any other unit (the short
+        last one, one partly written by another run) is encoded here by :meth:`_encode_unit`.
+        Returns how many texts of the units were missing."""
+        size = max(1, min(self.spec.batch_size, self.chunk_size))
+        try:
+            self._refresh(folder, index)
+            full = [(u, c) for u, c in claimed if len(u) == size and not any(k in index.rows for k in u)]
+            vectors = pool.encode([[first[k] for k in u] for u, _ in full], prompt)
+        except BaseException:
+            for _, claim in claimed:
+                claim.release()
+            raise
+        done = 0
+        pooled = {id(u): v for (u, _), v in zip(full, vectors, strict=True)}
+        for unit, claim in claimed:
+            if id(unit) not in pooled:
+                done += self._encode_unit(folder, unit, first, index, prompt, claim, pending)
+                continue
+            if len(pending.keys) + len(unit) > self.chunk_size:
+                pending.flush()
+            self.encoded_texts += len(unit)
+            self.pooled_texts += len(unit)
+            pending.add(list(unit), pooled[id(unit)], claim)
+            done += len(unit)
+            if pending.due():
+                pending.flush()
+        return done
+
+    def _encode_pool(self) -> EncodePool | None:
+        """The started multi-process pool when the spec asks for several processes (kept until
+        :meth:`close`), else None."""
+        devices = encode_devices(self.spec)
+        if len(devices) < 2:
+            return None
+        if self._pool is None:
+            self._pool = EncodePool(self.model, devices)
+        return self._pool
+
+    def close(self) -> None:
+        """Stop the encoding processes, if any were started (a later encode starts them again)."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def __enter__(self) -> EmbeddingCache:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
 
     def _await(
         self,
@@ -594,6 +667,8 @@ class EmbeddingCache:
 
 
 def _normalise(vectors: np.ndarray) -> np.ndarray:
-    """e = f / ‖f‖ row-wise (a zero vector stays zero)."""
+    """e = f / ‖f‖ row-wise, in place (a zero vector stays zero): no second n × d copy."""
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
+    np.divide(vectors, norms, out=vectors, where=norms > 0)
+    vectors[~(norms[:, 0] > 0)] = 0.0  # zero (or non-finite) rows become zero
+    return vectors

@@ -44,6 +44,8 @@ class EncoderSpec:
     parts: dict[str, Any] = field(default_factory=dict)  # pypi_parts: distribution prefix, count, archive
     backend: str = "auto"  # auto | torch | openvino (embed.backends; the frozen encoder only)
     precision: str = "auto"  # auto | fp32 | bf16 | fp16 (CUDA) | int8 (OpenVINO)
+    devices: list[str] | None = None  # one encoding process per device (embed.pool); None: one process
+    processes: int = 1  # encoding processes on ``device`` when ``devices`` is not given (embed.pool)
 
     def prompt(self, role: str) -> str:
         if role not in ROLES:
