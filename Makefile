@@ -50,8 +50,11 @@ VALIDATION_STATIC_DIR ?= outputs/validation-static
 validation-static: setup
 	BIN=$(VENV)/bin bash experiments/validation_static.sh $(VALIDATION_STATIC_DIR)
 
+# Two workers, one test module each at a time (module fixtures stay shared); TEST_WORKERS=0 runs in
+# one process. The slowest tests are listed at the end.
+TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest
+	$(PY) -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) --durations=25
 
 # The docs site (mkdocs.yml over docs/), strict: a broken link, anchor or unlisted page fails.
 DOCS_DIR ?= $(or $(TMPDIR),/tmp)/transferdx-site

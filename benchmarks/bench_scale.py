@@ -60,14 +60,11 @@ class HashEncoder:
     def encode(self, texts: list[str], **_kwargs: object) -> np.ndarray:
         import zlib
 
-        ids, owner = [], []
-        for i, text in enumerate(texts):
-            words = text.lower().split()
-            ids.extend(zlib.crc32(w.encode()) % self.buckets for w in words)
-            owner.extend([i] * len(words))
-        out = np.zeros((len(texts), self.table.shape[1]), dtype=np.float32)
-        np.add.at(out, np.asarray(owner, dtype=np.int64), self.table[np.asarray(ids, dtype=np.int64)])
-        return out
+        ids, starts = [], []
+        for text in texts:
+            starts.append(len(ids))
+            ids.extend(zlib.crc32(w.encode()) % self.buckets for w in text.lower().split() or [""])
+        return np.add.reduceat(self.table[np.asarray(ids, dtype=np.int64)], np.asarray(starts, dtype=np.int64))
 
 
 def write_semantic(folder: Path, n_negatives: int, seed: int = 0) -> dict[str, int]:

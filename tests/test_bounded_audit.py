@@ -135,7 +135,7 @@ def test_dl19_chunked_audit_writes_the_bytes_of_the_whole_one(data, tmp_path):
     outs = []
     for chunk in (10**9, 5):
         semantic = dataclasses.replace(base, chunk_negatives=chunk)
-        result = audit(loaded, alnum, encoder=encoder, semantic=semantic, resamples=200)
+        result = audit(loaded, alnum, encoder=encoder, semantic=semantic, resamples=50)
         out = tmp_path / f"chunk{chunk}"
         write_audit(result, out, {"data": "dl19"})
         outs.append(out)

@@ -215,7 +215,8 @@ def nonblank(data: bytes) -> list[Line]:
 
 
 def gunzip_prefix(data: bytes) -> tuple[bytes, bool]:
-    """What a gzip stream yields before it breaks (16 bytes at a time, so as much as can be had),
+    """What a gzip stream yields before it breaks (one byte at a time, so as much as can be had: fed
+    in larger pieces, the output of the piece that fails — e.g. the trailer's CRC check — is lost),
     and whether it is whole."""
     try:
         return gzip.decompress(data), True
@@ -224,8 +225,8 @@ def gunzip_prefix(data: bytes) -> tuple[bytes, bool]:
     d = zlib.decompressobj(wbits=31)
     out = []
     try:
-        for i in range(0, len(data), 16):
-            out.append(d.decompress(data[i : i + 16]))
+        for i in range(len(data)):
+            out.append(d.decompress(data[i : i + 1]))
     except zlib.error:
         pass
     return b"".join(out), False

