@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from .conftest import run_cli
-from .tiny import SCIENCE_WORDS, tiny_model
+from .tiny import tiny_backbones
 
 pytestmark = pytest.mark.slow
 
@@ -21,13 +21,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def tiny_conf(tmp_path_factory):
     """A config folder added to Hydra's search path with two tiny local backbones."""
-    root = tmp_path_factory.mktemp("tiny")
-    conf = root / "conf" / "backbone"
-    conf.mkdir(parents=True)
-    for name, seed in (("tiny_a", 0), ("tiny_b", 1)):
-        model = tiny_model(root / name, seed=seed, words=SCIENCE_WORDS)
-        (conf / f"{name}.yaml").write_text(f"name: {name}\nmodel: {model}\nsource: path\nbatch_size: 8\n")
-    return root
+    return tiny_backbones(tmp_path_factory.mktemp("tiny"))
 
 
 def train_cli(tiny_conf: Path, tmp: Path, *extra: str) -> subprocess.CompletedProcess:

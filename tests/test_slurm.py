@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import REPO, run_cli
-from .tiny import SCIENCE_WORDS, tiny_model
+from .tiny import tiny_backbones
 
 pytestmark = [
     pytest.mark.slow,
@@ -50,13 +50,7 @@ TIMEOUT = 300  # a sweep's whole run; without accounting (sacct) submitit cannot
 @pytest.fixture(scope="module")
 def tiny_conf(tmp_path_factory) -> Path:
     """A config folder for Hydra's search path with two tiny local backbones (as in test_multirun)."""
-    root = tmp_path_factory.mktemp("tiny-slurm")
-    conf = root / "conf" / "backbone"
-    conf.mkdir(parents=True)
-    for name, seed in (("tiny_a", 0), ("tiny_b", 1)):
-        model = tiny_model(root / name, seed=seed, words=SCIENCE_WORDS)
-        (conf / f"{name}.yaml").write_text(f"name: {name}\nmodel: {model}\nsource: path\nbatch_size: 8\n")
-    return root
+    return tiny_backbones(tmp_path_factory.mktemp("tiny-slurm"))
 
 
 def sweep_args(tiny_conf: Path, out: Path, *launcher: str) -> list[str]:

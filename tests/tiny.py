@@ -44,3 +44,14 @@ def tiny_model(folder: Path, seed: int = 0, words: list[str] | tuple[str, ...] =
     )
     model.save(str(folder / "st"))
     return folder / "st"
+
+
+def tiny_backbones(root: Path) -> Path:
+    """A config folder ``root/conf`` for Hydra's search path with two tiny local backbones, ``tiny_a``
+    and ``tiny_b`` (seeds 0 and 1, the science words); returns ``root``."""
+    conf = root / "conf" / "backbone"
+    conf.mkdir(parents=True)
+    for name, seed in (("tiny_a", 0), ("tiny_b", 1)):
+        model = tiny_model(root / name, seed=seed, words=SCIENCE_WORDS)
+        (conf / f"{name}.yaml").write_text(f"name: {name}\nmodel: {model}\nsource: path\nbatch_size: 8\n")
+    return root

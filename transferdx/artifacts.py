@@ -27,22 +27,32 @@ def safe_join(root: str | Path, name: str) -> Path:
     return candidate
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and ``os.replace``."""
+@contextmanager
+def atomic_file(path: str | Path, mode: str = "wb") -> Iterator[Any]:
+    """A handle to write ``path`` through: a temporary file in the same folder, flushed, synced and
+    moved onto ``path`` with ``os.replace`` when the block ends (removed if it fails). ``mode``:
+    ``wb``, or ``w`` for UTF-8 text with line ends as written."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.chmod(tmp, 0o666 & ~_umask())
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+        binary = "b" in mode
+        with os.fdopen(fd, mode, encoding=None if binary else "utf-8", newline=None if binary else "") as handle:
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return path
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` through a temporary file in the same folder and ``os.replace``."""
+    with atomic_file(path) as handle:
+        handle.write(data)
+    return Path(path)
 
 
 @contextmanager
@@ -75,24 +85,13 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 
 
 def atomic_write_csv(path: str | Path, frame: Any, chunk_rows: int = 100_000) -> Path:
-    """Write ``frame`` as :func:`csv_text` would (the same bytes) through a temporary file and
-    ``os.replace``, ``chunk_rows`` rows at a time, so a table of millions of rows is never one string."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.chmod(tmp, 0o666 & ~_umask())
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            for start in range(0, max(len(frame), 1), chunk_rows):
-                part = frame.iloc[start : start + chunk_rows]
-                part.to_csv(handle, index=False, header=start == 0, lineterminator="\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    """Write ``frame`` as :func:`csv_text` would (the same bytes) through :func:`atomic_file`,
+    ``chunk_rows`` rows at a time, so a table of millions of rows is never one string."""
+    with atomic_file(path, "w") as handle:
+        for start in range(0, max(len(frame), 1), chunk_rows):
+            part = frame.iloc[start : start + chunk_rows]
+            part.to_csv(handle, index=False, header=start == 0, lineterminator="\n")
+    return Path(path)
 
 
 def csv_text(frame: Any, index: bool = False) -> str:
