@@ -23,9 +23,8 @@ from transferdx.auditing.profiles import (
 )
 from transferdx.auditing.report import FILES, write_audit
 from transferdx.diagnostics.fn_combined import features, load_combined
+from transferdx.diagnostics.prior import adjust
 from transferdx.diagnostics.suspicion import (
-    PLATT_A,
-    PLATT_B,
     SuspicionInputs,
     SuspicionSettings,
     duplicate_negative,
@@ -291,7 +290,9 @@ def test_suspects_csv_order_content_and_bytes(tmp_path):
     # c1's two copies of p have the same scores, so the same probability: the tie-break keeps neg_index order
     copies = [k for src, q, k in order if src == "c1" and k in (0, 1)]
     assert copies == [0, 1]
-    # fn_probability is σ(a·z + b) of the shipped detector's logit, recomputed here from the negatives table
+    # fn_probability is a shipped detector's calibrated probability moved to each source's estimated
+    # prior: recomputed from the negatives table where the single detector scores (the control c1, and
+    # g1's q2, a query no other genuine source holds; g1 and g2 share q1, which the multi detector scores)
     neg = result.negatives
     s_qp = result.records.set_index(["source", "qid"])["s_qp"]
     x = features(
@@ -305,10 +306,15 @@ def test_suspects_csv_order_content_and_bytes(tmp_path):
             }
         )
     )
-    p = load_combined().probability(x)
-    z = np.log(p / (1 - p))
-    expected = 1 / (1 + np.exp(-(PLATT_A * z + PLATT_B)))
-    np.testing.assert_allclose(neg["fn_probability"].to_numpy(dtype=float), expected, rtol=1e-9)
+    detector = load_combined("single")
+    p = detector.probability(x)
+    priors = {row["source"]: row["fn_prior"] for row in result.profile.rows}
+    assert all(0 <= v <= 1 for v in priors.values())
+    pi = np.asarray([priors[src] for src in neg["source"]])
+    expected = adjust(p, detector.prior, pi)
+    single = ((neg["source"] == "c1") | (neg["qid"] == "q2")).to_numpy()
+    assert single.any() and (~single).any()
+    np.testing.assert_allclose(neg["fn_probability"].to_numpy(dtype=float)[single], expected[single], rtol=1e-9)
     assert ((0 < expected) & (expected < 1)).all()
     scores = frame["score"].to_numpy()
     np.testing.assert_allclose(scores, frame["s_qn"] - 0.95 * frame["s_qp"])

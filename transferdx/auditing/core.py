@@ -23,20 +23,24 @@ from transferdx.auditing.profiles import (
     profile_sources,
 )
 from transferdx.diagnostics.composite import CompositeSettings, composite_with_ci, weights
+from transferdx.diagnostics.fn_combined import agreement, load_combined
 from transferdx.diagnostics.lexical import coverage_bucket, negative_residuality
+from transferdx.diagnostics.other_positive import other_positive
+from transferdx.diagnostics.prior import adjust, em_prior_ci
 from transferdx.diagnostics.rows import IndexedRows
 from transferdx.diagnostics.semantic import BANDS, BandCuts, buckets, in_batch_scores, record_scores
 from transferdx.diagnostics.suspicion import (
     SuspicionInputs,
     SuspicionSettings,
     checked_reasons,
+    probabilities,
     record_counts,
     suspect_negatives,
     suspicion_score,
 )
 from transferdx.diagnostics.tokens import Tokenizer
 from transferdx.embed.cache import EmbeddingCache, text_key
-from transferdx.inputs.records import Exclusion, LoadResult, Record
+from transferdx.inputs.records import Exclusion, LoadResult, Record, passage_key
 from transferdx.resampling import bootstrap_rng, resample_counts
 
 
@@ -142,7 +146,19 @@ def audit(
     scored = encoder is not None and bool(records)
     if encoder is not None and records:
         extra = _semantic(records, negatives, per_record, encoder, semantic, seed, resamples, confidence)
-    suspects = _suspicion(records, negatives, per_record, semantic.suspicion, scored)
+    suspects, priors = _suspicion(
+        records,
+        negatives,
+        per_record,
+        semantic.suspicion,
+        scored,
+        seed=seed,
+        resamples=resamples,
+        confidence=confidence,
+    )
+    for name, values in priors.items():
+        extra.setdefault(name, {}).update(values)
+    _other_positive(records, negatives, per_record)
     if loaded.false_negatives:
         fn = false_negative_rates(
             loaded.false_negatives,
@@ -231,7 +247,11 @@ def _suspicion(
     per_record: pd.DataFrame,
     s: SuspicionSettings,
     scored: bool,
-) -> pd.DataFrame:
+    *,
+    seed: int = 0,
+    resamples: int = 1000,
+    confidence: float = 0.95,
+) -> tuple[pd.DataFrame, dict[str, dict[str, float]]]:
     """Adds the §3.9 columns to ``negatives`` (``fn_<reason>``, ``fn_reasons``, ``fn_suspect``) and
     ``per_record`` (``n_fn_suspect``, ``n_fn_<reason>``) in place; returns suspects.csv's frame: one
     row per suspected negative, sorted by s(q,n) − α·s(q,p) descending (undefined last), then
@@ -253,6 +273,22 @@ def _suspicion(
         coverage=negatives["coverage"].to_numpy(dtype=np.float64),
         position=negatives["neg_index"].to_numpy(dtype=np.float64),
     )
+    priors: dict[str, dict[str, float]] = {}
+    if scored:
+        share, best = agreement(
+            np.asarray([r.qid for r in records], dtype=object),
+            np.asarray([r.source for r in records], dtype=object),
+            np.asarray([r.kind == "genuine" for r in records], dtype=bool),
+            owner,
+            np.asarray(
+                [passage_key(i, t) for i, t in zip(inputs.neg_ids, inputs.neg_texts, strict=True)], dtype=object
+            ),
+        )
+        inputs = dataclasses.replace(inputs, agree_share=share, agree_best=best)
+        calibrated = probabilities(inputs)
+        if calibrated is not None:
+            adjusted, priors = _source_priors(records, owner, calibrated, seed, resamples, confidence)
+            inputs = dataclasses.replace(inputs, probability=adjusted)
     flags = suspect_negatives(inputs, s)
     for col in flags.columns:
         negatives[col] = flags[col].to_numpy() if col in ("fn_reasons", "fn_suspect") else flags[col].array
@@ -295,7 +331,45 @@ def _suspicion(
         strict=True,
     )
     order = sorted(range(len(suspects)), key=list(keys).__getitem__)
-    return suspects.iloc[order].reset_index(drop=True)
+    return suspects.iloc[order].reset_index(drop=True), priors
+
+
+PRIOR_STREAM = 0xF2  # the prior's bootstrap stream key, next to the false-negative rates' 0xF1
+
+
+def _source_priors(
+    records: Sequence[Record], owner: np.ndarray, p: np.ndarray, seed: int, resamples: int, confidence: float
+) -> tuple[np.ndarray, dict[str, dict[str, float]]]:
+    """Per source: π̂, the EM estimate of its share of false negatives with its bootstrap CI over the
+    source's records (:func:`~transferdx.diagnostics.prior.em_prior_ci`), and each negative's
+    probability moved from the detectors' training prior to π̂ (:func:`~transferdx.diagnostics.prior.adjust`).
+    Returns the adjusted probabilities and ``{source: {fn_prior, fn_prior_ci_low, fn_prior_ci_high}}``."""
+    train_prior = load_combined().prior
+    adjusted = np.full(len(p), np.nan)
+    source_of = np.asarray([r.source for r in records], dtype=object)
+    out: dict[str, dict[str, float]] = {}
+    for name in dict.fromkeys(source_of.tolist()):
+        recs = np.flatnonzero(source_of == name)
+        rows = np.flatnonzero(np.isin(owner, recs))
+        if not len(rows):
+            continue
+        local = np.searchsorted(recs, owner[rows])
+        rng = bootstrap_rng(seed, [records[int(i)].qid for i in recs], PRIOR_STREAM)
+        est = em_prior_ci(p[rows], local, train_prior, rng, resamples, confidence)
+        adjusted[rows] = adjust(p[rows], train_prior, est.prior)
+        out[str(name)] = {"fn_prior": est.prior, "fn_prior_ci_low": est.low, "fn_prior_ci_high": est.high}
+    return adjusted, out
+
+
+def _other_positive(records: Sequence[Record], negatives: pd.DataFrame, per_record: pd.DataFrame) -> None:
+    """Adds ``other_positive`` to ``negatives`` (the negative is a positive of another qid, not of its
+    own: :func:`~transferdx.diagnostics.other_positive.other_positive`) and ``n_other_positive`` to
+    ``per_record``, in place. Not a suspicion reason; the source rate ``other_positive_rate`` feeds the
+    absolute flag ``copies_other_positive``."""
+    hit = other_positive(records)
+    owner = np.repeat(np.arange(len(records)), per_record["n_negatives"].to_numpy(dtype=np.int64))
+    negatives["other_positive"] = hit
+    per_record["n_other_positive"] = np.bincount(owner, weights=hit, minlength=len(records)).astype(np.int64)
 
 
 def _lexical_records(records: Sequence[Record], negatives: pd.DataFrame) -> pd.DataFrame:

@@ -15,10 +15,9 @@ Pure functions over one frame with a row per negative (:data:`EVAL_COLUMNS`):
   knows next to the scores), refitted here with cross-validation grouped by query; its out-of-fold
   precision, recall and F1 are reported next to the rule's best cell, and the shipped coefficients
   are applied as they are.
-- the calibrated probability ``fn_probability`` (:func:`calibration`): Platt scaling, p = σ(a·z + b),
-  of the detector's logit z, with (a, b) fitted on out-of-fold logits (each query's logit from a model
-  fitted without it); :func:`probability_measurement` gives each reason's precision and the precision
-  of ``fn_probability ≥ t`` (out of fold) on the same frame.
+- :func:`rule_precision`: each fixed rule's precision on the same frame (the constants the verdict
+  quotes for the rules). How the shipped ``fn_probability`` does on a year it never saw is measured
+  by ``experiments/fit_fn_combined.py`` (two TREC-DL years, leave one out).
 """
 
 from __future__ import annotations
@@ -30,8 +29,7 @@ import numpy as np
 import pandas as pd
 
 from transferdx.diagnostics.fn_combined import features, fit_combined, load_combined
-from transferdx.diagnostics.suspicion import combined_logit
-from transferdx.resampling import percentile_ci, resample_counts
+from transferdx.resampling import bootstrap_stream, percentile_ci, resample_counts
 
 ALPHAS = (0.80, 0.825, 0.85, 0.875, 0.90, 0.925, 0.95, 0.975, 1.00)
 DELTAS: tuple[float | None, ...] = (0.85, 0.90, 0.95, None)
@@ -92,7 +90,7 @@ def evaluate_predictions(
     counts = np.stack([_per_query(np.asarray(p, bool), label, group, len(names)) for p in predictions])  # C×Q×3
     total = counts.sum(axis=1)
     point = scores(total[:, 0], total[:, 1], total[:, 2])
-    rng = np.random.default_rng([seed, 0xF7])
+    rng = bootstrap_stream(seed, 0xF7)
     boot: dict[str, list[np.ndarray]] = {k: [] for k in point}
     for weights in resample_counts(len(names), rng, resamples):  # B×Q
         sums = np.einsum("bq,cqk->bck", weights, counts)
@@ -111,36 +109,14 @@ def evaluate_predictions(
 def out_of_fold(x: np.ndarray, y: np.ndarray, qids: Sequence[str], folds: int = 5) -> np.ndarray:
     """Predictions of :func:`fit_combined` for each negative from a model fitted without its query
     (``GroupKFold`` by query, threshold chosen on the training folds only)."""
-    return _out_of_fold(x, y, qids, folds)[0]
-
-
-def out_of_fold_logits(x: np.ndarray, y: np.ndarray, qids: Sequence[str], folds: int = 5) -> np.ndarray:
-    """The logit z = b + Σ w_j (x_j − μ_j)/σ_j of :func:`fit_combined` for each negative from a model
-    fitted without its query (``GroupKFold`` by query), in (−∞, ∞)."""
-    return _out_of_fold(x, y, qids, folds)[1]
-
-
-def _out_of_fold(x: np.ndarray, y: np.ndarray, qids: Sequence[str], folds: int) -> tuple[np.ndarray, np.ndarray]:
     from sklearn.model_selection import GroupKFold
 
     pred = np.zeros(len(y), dtype=bool)
-    logit = np.zeros(len(y), dtype=np.float64)
     groups = np.asarray(qids, dtype=object).astype(str)
     n_folds = min(folds, len(np.unique(groups)))
     for train, test in GroupKFold(n_splits=n_folds).split(x, y, groups):
-        detector = fit_combined(x[train], y[train])
-        pred[test] = detector.predict(x[test])
-        logit[test] = combined_logit(detector, x[test])
-    return pred, logit
-
-
-def platt(z: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """Platt scaling: (a, b) maximising the likelihood of y under p = σ(a·z + b) (an unpenalised
-    one-feature logistic regression, lbfgs)."""
-    from sklearn.linear_model import LogisticRegression
-
-    model = LogisticRegression(C=1e6, max_iter=1000).fit(np.asarray(z, dtype=np.float64)[:, None], y)
-    return float(model.coef_[0, 0]), float(model.intercept_[0])
+        pred[test] = fit_combined(x[train], y[train]).predict(x[test])
+    return pred
 
 
 def expected_calibration_error(p: np.ndarray, y: np.ndarray, bins: int = 10) -> float:
@@ -152,44 +128,23 @@ def expected_calibration_error(p: np.ndarray, y: np.ndarray, bins: int = 10) -> 
     return float(sum(len(c) / len(p) * abs(p[c].mean() - y[c].mean()) for c in np.array_split(order, bins) if len(c)))
 
 
-def calibration(frame: pd.DataFrame, relevant_grade: int, folds: int = 5) -> dict[str, float]:
-    """Platt (a, b) for the ``combined`` detector's logit, fitted on out-of-fold logits of ``frame``
-    (:data:`EVAL_COLUMNS`), with the expected calibration error before and after (out of fold)."""
-    frame = frame.reset_index(drop=True)
-    y = labels(frame["judgment"], relevant_grade)
-    z = out_of_fold_logits(features(frame), y, frame["qid"].astype(str).tolist(), folds)
-    a, b = platt(z, y)
-    return {
-        "a": a,
-        "b": b,
-        "ece_raw": expected_calibration_error(1.0 / (1.0 + np.exp(-z)), y),
-        "ece_calibrated": expected_calibration_error(1.0 / (1.0 + np.exp(-(a * z + b))), y),
-        "folds": folds,
-    }
-
-
-def probability_measurement(
+def rule_precision(
     frame: pd.DataFrame,
     relevant_grade: int,
     *,
     alpha: float,
     delta: float,
-    threshold: float,
-    a: float,
-    b: float,
-    folds: int = 5,
     seed: int = 0,
     resamples: int = 1000,
     confidence: float = 0.95,
 ) -> dict[str, Any]:
-    """Precision (with recall, F1 and query-bootstrap CIs) of each suspicion reason on ``frame``, of
-    the default union at (α, δ), and of ``fn_probability ≥ threshold`` with the out-of-fold logit
-    calibrated by (a, b); ``base_rate`` is the share judged relevant (suspecting everything)."""
+    """Precision (negatives suspected, precision and its query-bootstrap CI) of each fixed suspicion
+    rule on ``frame`` and of the default union at (α, δ); ``base_rate`` is the share judged relevant
+    (the precision of suspecting everything). Unjudged = not relevant."""
     frame = frame.reset_index(drop=True)
     y = labels(frame["judgment"], relevant_grade)
     qids = frame["qid"].astype(str).tolist()
     none = np.zeros(len(frame), dtype=bool)
-    z = out_of_fold_logits(features(frame), y, qids, folds)
     plain = frame.assign(s_pn=-np.inf, text_hit=False)
     predictions = {
         "positive_aware": rule(plain, alpha, None),
@@ -197,18 +152,20 @@ def probability_measurement(
         "duplicate_positive": frame.get("duplicate_positive", pd.Series(none)).to_numpy(dtype=bool),
         "duplicate_negative": frame.get("duplicate_negative", pd.Series(none)).to_numpy(dtype=bool),
         "default_rule": rule(frame, alpha, delta),
-        "combined": load_combined().predict(features(frame)),
-        "fn_probability": 1.0 / (1.0 + np.exp(-(a * z + b))) >= threshold,
     }
     rows = evaluate_predictions(
         list(predictions.values()), y, qids, seed=seed, resamples=resamples, confidence=confidence
     )
     out: dict[str, Any] = {
-        name: {"n_suspected": int(pred.sum()), **row}
+        name: {
+            "n_suspected": int(pred.sum()),
+            "precision": row["precision"],
+            "ci_low": row["precision_ci_low"],
+            "ci_high": row["precision_ci_high"],
+        }
         for (name, pred), row in zip(predictions.items(), rows, strict=True)
     }
     out["base_rate"] = float(y.mean()) if len(y) else float("nan")
-    out["threshold"] = threshold
     return out
 
 

@@ -113,6 +113,9 @@ SUSPICION_STATS = (
     Stat("near_duplicate_positive_rate", "n_fn_near_duplicate_positive", "n_negatives"),
 )
 SUSPICION_COLUMNS = [s.name for s in SUSPICION_STATS]
+# §3.5: the share of negatives that are another query's positive (not a suspicion reason; the
+# absolute flag copies_other_positive reads it)
+OTHER_POSITIVE_STATS = (Stat("other_positive_rate", "n_other_positive", "n_negatives"),)
 QUANTILES = {"margin_median": 0.5, "margin_p05": 0.05, "margin_p10": 0.10}
 
 
@@ -256,6 +259,11 @@ def profile_sources(
     known = kinds
     semantic = "rho" in per_record.columns
     suspicion = "n_fn_suspect" in per_record.columns
+    # shares of negatives from per-record counts: integers, so every sum below is exact and a column's
+    # value and CI do not depend on which other columns share the call
+    counted = (SUSPICION_STATS if suspicion else ()) + (
+        OTHER_POSITIVE_STATS if "n_other_positive" in per_record.columns else ()
+    )
     stats = LEXICAL_STATS + (SEMANTIC_STATS if semantic else ())
     names = sorted(set(per_record["source"]) | set(sources or ()))
     excl_counts: dict[str, int] = {}
@@ -294,14 +302,14 @@ def profile_sources(
                 row[f"{col}_ci_low"] = float(q_low[j])
                 row[f"{col}_ci_high"] = float(q_high[j])
             row["n_h_undefined"] = int(sub["hardness"].isna().sum())
-        if suspicion:
+        if counted:
             # Its own call on the source's stream: the same resamples as the statistics above, which
             # stay bit-for-bit what they were before these columns existed.
-            s_num, s_den = _num_den(sub, SUSPICION_STATS)
+            s_num, s_den = _num_den(sub, counted)
             with np.errstate(invalid="ignore", divide="ignore"):
                 s_point = s_num.sum(axis=0) / s_den.sum(axis=0)
             s_low, s_high = bootstrap_ratios(s_num, s_den, bootstrap_rng(seed, sub["qid"]), resamples, confidence)
-            for j, stat in enumerate(SUSPICION_STATS):
+            for j, stat in enumerate(counted):
                 row[stat.name] = float(s_point[j])
                 row[f"{stat.ci_prefix}_ci_low"] = float(s_low[j])
                 row[f"{stat.ci_prefix}_ci_high"] = float(s_high[j])
@@ -466,6 +474,16 @@ ABSOLUTE_FLAG_RULES = (
         "a negative with w = exp((s(q,n) − s(q,p))/τ) < 0.1 contributes under a tenth of a tied "
         "negative's gradient; when nine in ten are easy, the explicit negatives add little over "
         "in-batch ones",
+    ),
+    # Fixed in experiments/results/fn_years/PLAN.md ("The missed defect") before any result; not tuned.
+    AbsoluteRule(
+        "copies_other_positive",
+        "other_positive_rate",
+        0.5,
+        "of negatives are another query's positive",
+        "a passage the file itself labels relevant to another query is already an in-batch negative under "
+        "MNRL, and among neighbouring queries it carries their answer; when most negatives are such, the "
+        "source was assembled from the file's positives, not mined from the corpus",
     ),
 )
 

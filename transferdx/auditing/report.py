@@ -24,8 +24,9 @@ from transferdx.artifacts import (
 )
 from transferdx.auditing.core import AuditResult
 from transferdx.auditing.verdict import audit_facts, verdict_lines
+from transferdx.diagnostics.fn_combined import cleaning_cut
 from transferdx.diagnostics.semantic import BANDS
-from transferdx.diagnostics.suspicion import DL19_PRECISION, MIN_PROBABILITY
+from transferdx.diagnostics.suspicion import MIN_PROBABILITY
 from transferdx.inputs.records import Exclusion
 
 EXCLUSION_COLUMNS = [f.name for f in fields(Exclusion)]
@@ -69,8 +70,8 @@ SUSPICION_STATS = [  # §3.9 shares of negatives, each with its CI
     ("positive_aware_rate", "positive_aware_rate", "positive_aware"),
     ("combined_rate", "combined_rate", "combined"),
     ("near_duplicate_positive_rate", "near_duplicate_positive_rate", "near_duplicate_positive"),
+    ("other_positive_rate", "other_positive_rate", "other_positive"),  # not a reason: §3.5's absolute flag
 ]
-PROBABILITY_PRECISION = (DL19_PRECISION["fn_probability"] or (0, float("nan")))[1]  # out of fold, DL19
 SUSPECTS_SHOWN = 10  # per source in report.md; suspects.csv has them all
 TEXT_WIDTH = 120
 COMPOSITE_STATS = [
@@ -383,11 +384,15 @@ def _suspects_section(frame: pd.DataFrame, result: AuditResult) -> list[str]:
         + rule
         + "`duplicate_positive` normalised text (NFKC, case-folded, whitespace collapsed) equal to a positive's;"
         " `duplicate_negative` the same passage again among the record's negatives (the first occurrence is not"
-        " suspected). Shares of negatives with their 95% percentile bootstrap CI over records; every suspect is"
-        " listed in `suspects.csv`, most probable first: `fn_probability` is the calibrated probability of being a"
-        f" false negative (the `combined` detector's logit, Platt-scaled on TREC-DL19 deep judgments); default"
-        f" cleaning acts on fn_probability ≥ {MIN_PROBABILITY:.2f} (precision {PROBABILITY_PRECISION:.3f}"
-        " there, out of fold) and on copies and near-copies of a positive; the rest is for review.",
+        " suspected). Not a suspicion reason: `other_positive`, the passage is a positive of another query of"
+        " the file and not of its own (above 0.5, absolute flag `copies_other_positive`). Shares of negatives"
+        " with their 95% percentile bootstrap CI over records; every suspect is"
+        " listed in `suspects.csv`, most probable first: `fn_probability` is the probability of being a false"
+        " negative (detectors fitted on TREC-DL19 + DL21 deep judgments, Platt-calibrated, moved to each source's"
+        f" estimated share of false negatives `fn_prior`); default cleaning acts on fn_probability ≥"
+        f" {MIN_PROBABILITY:.2f} (precision {cleaning_cut()['precision']:.3f} out of year on TREC-DL, each year"
+        " scored by the detector fitted on the other) and on copies and near-copies of a positive; the rest is"
+        " for review.",
         "",
         _markdown_table(_with_ci(frame, SUSPICION_STATS)),
         "",

@@ -2,13 +2,13 @@
 end of ``transferdx-audit``'s output). Pure: profile rows and per-source facts in, Markdown lines out.
 
 Each genuine source opens with a **bottom line**, one of :data:`ACTIONS` (the most severe advice
-that applies, :data:`ADVICE`): re-mine (an absolute flag says the negatives are mostly inverted),
-clean (negatives copy a positive, are near-copies of one, or have ``fn_probability`` ≥
-:data:`~transferdx.diagnostics.suspicion.MIN_PROBABILITY`, the high-precision part of the suspicion),
-review the listed suspects (the rest of the suspicion, whose precision on deep judgments is little
-above the base rate), or use as is; mostly easy negatives are a note, not an action. Every sentence
-names the number behind it. A source with fewer than :data:`MIN_RECORDS` records gets a warning
-instead of a place in the ranking."""
+that applies, :data:`ADVICE`): re-mine (an absolute flag says the negatives are mostly inverted,
+or mostly another query's positive), clean (negatives copy a positive, are near-copies of one, or
+have ``fn_probability`` ≥ :data:`~transferdx.diagnostics.suspicion.MIN_PROBABILITY`, the
+high-precision part of the suspicion), review the listed suspects (the rest of the suspicion, whose
+precision on deep judgments is little above the base rate), or use as is; mostly easy negatives are
+a note, not an action. Every sentence names the number behind it. A source with fewer than
+:data:`MIN_RECORDS` records gets a warning instead of a place in the ranking."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from transferdx.diagnostics.fn_combined import cleaning_cut
 from transferdx.diagnostics.suspicion import (
     DL19_BASE_RATE,
     DL19_PRECISION,
@@ -116,6 +117,8 @@ class SourceFacts:
     n_positive_aware: int | None = None
     margin: MarginMining | None = None
     cleaned: Mapping[str, Any] | None = None
+    expected_precision: float | None = None  # mean fn_probability of the probable ones (this file's estimate)
+    review_expected: float | None = None  # mean fn_probability of the suspects left for review
 
 
 def _count(frame: pd.DataFrame, column: str) -> int | None:
@@ -152,7 +155,11 @@ def source_facts(
                 act |= sub[f"fn_{reason}"].fillna(False).to_numpy(bool)
         p = prob[rows]
         probable = None if not scored or np.isnan(p).any() else int((p >= MIN_PROBABILITY).sum())
+        expected = float(p[p >= MIN_PROBABILITY].mean()) if probable else None
         act |= np.nan_to_num(p, nan=-1.0) >= MIN_PROBABILITY
+        suspect = sub["fn_suspect"].astype(bool).to_numpy() if "fn_suspect" in sub else np.zeros(len(rows), bool)
+        review = suspect & ~act
+        review_expected = float(p[review].mean()) if review.any() and not np.isnan(p[review]).any() else None
         margin = None
         if scored and len(rows):
             s_qp = records["s_qp"].to_numpy(dtype=np.float64)[owner[rows]]
@@ -168,6 +175,8 @@ def source_facts(
             n_positive_aware=_count(sub, "fn_positive_aware"),
             margin=margin,
             cleaned=cleaned if isinstance(cleaned, Mapping) else None,
+            expected_precision=expected,
+            review_expected=review_expected,
         )
     return out
 
@@ -216,6 +225,26 @@ def _precision(rule: str, full: bool = False) -> str:
     return f"precision {p:.3f} [{low:.3f}, {high:.3f}] on {what}, base rate {DL19_BASE_RATE:.3f}"
 
 
+def _probability_precision() -> str:
+    """The cleaning cut's measured precision, out of year, and where it was measured."""
+    cut = cleaning_cut()
+    return (
+        f"precision {cut['precision']:.3f} [{cut['precision_ci_low']:.3f}, {cut['precision_ci_high']:.3f}] out of"
+        " year on TREC-DL (each year scored by the detector fitted on the other)"
+    )
+
+
+def _prior(row: Mapping[str, Any]) -> str | None:
+    """The source's estimated share of false negatives, or None when not estimated."""
+    value = _num(row, "fn_prior")
+    if math.isnan(value):
+        return None
+    return (
+        f"its estimated share of false negatives is {_ci(row, 'fn_prior')} (EM prior adjustment; fn_probability is"
+        " moved to it)"
+    )
+
+
 def clean_command(settings: Mapping[str, Any] | None) -> str:
     """The command that cleans the audited input: ``transferdx-clean input=<file>`` (``data=<name>``
     for a bundled data set, the Python call for records given in memory)."""
@@ -261,6 +290,18 @@ def _remine_inverted(row: Mapping[str, Any], ctx: Context) -> str | None:
     )
 
 
+def _remine_other_positive(row: Mapping[str, Any], ctx: Context) -> str | None:
+    reason = (_absolute(row) or {}).get("copies_other_positive")
+    if reason is None:
+        return None
+    return (
+        f"Most negatives are passages the file labels relevant to another query ({reason}): they are already"
+        " in-batch negatives under MNRL, so the source was assembled from the file's positives, not mined."
+        " Re-mine from the corpus, e.g. sentence-transformers `mine_hard_negatives(..., corpus=...)` over the"
+        " full passage collection."
+    )
+
+
 EASY_NOTE = "The negatives are mostly easy"
 
 
@@ -288,7 +329,14 @@ def _clean(row: Mapping[str, Any], ctx: Context) -> str | None:
     if f.n_near_copies is not None:
         parts.append(f"{f.n_near_copies} are near-copies of one (s(p0,n) ≥ δ; {_precision('near_duplicate_positive')})")
     if f.n_probable is not None:
-        parts.append(f"{f.n_probable} have fn_probability ≥ {MIN_PROBABILITY:.2f} ({_precision('fn_probability')})")
+        expected = (
+            f"; expected precision on this file {f.expected_precision:.2f}, their mean fn_probability"
+            if f.expected_precision is not None
+            else ""
+        )
+        parts.append(
+            f"{f.n_probable} have fn_probability ≥ {MIN_PROBABILITY:.2f} ({_probability_precision()}{expected})"
+        )
     flagged = f" Absolute flag: {'; '.join(copies)}." if copies else ""
     return (
         f"{_share(f.n_act, f.n_negatives)} are probable false negatives: {', '.join(parts)}.{flagged}"
@@ -316,8 +364,14 @@ def _review(row: Mapping[str, Any], ctx: Context) -> str | None:
     if rest > 0:
         out.append(
             f"{_share(rest, f.n_negatives)} are suspects to review, not to remove: the suspicion rule's"
-            f" {_precision('default_rule')}, so most of them are ordinary hard negatives"
-            f" ({ctx.settings.get('_suspects_where') or 'suspects.csv lists them'}, most probable first)."
+            f" {_precision('default_rule')}"
+            + (
+                f"; on this file their mean fn_probability is {f.review_expected:.2f}, so about"
+                f" {round(f.review_expected * rest)} of them are expected to be false negatives"
+                if f.review_expected is not None
+                else ", so most of them are ordinary hard negatives"
+            )
+            + f" ({ctx.settings.get('_suspects_where') or 'suspects.csv lists them'}, most probable first)."
         )
     if flags:
         out.append(f"Against the other sources' range (envelope): {row.get('flag_reasons')}.")
@@ -338,7 +392,7 @@ def _use(row: Mapping[str, Any], ctx: Context) -> str | None:
 Advice = Callable[[Mapping[str, Any], Context], "str | None"]
 # action → the advice that leads to it, in the order said; the first action with any advice wins
 ADVICE: tuple[tuple[str, tuple[Advice, ...]], ...] = (
-    ("re-mine", (_remine_inverted,)),
+    ("re-mine", (_remine_inverted, _remine_other_positive)),
     ("clean", (_clean,)),
     ("review the listed suspects", (_review,)),
     ("use as is", (_by_construction, _use, _easy)),
@@ -413,6 +467,8 @@ def verdict_lines(
                 f"  This is a cleaned copy (action {f.cleaned.get('action')}, reasons {reasons}): what was removed"
                 " is no longer counted here."
             )
+        if (prior := _prior(row)) is not None:
+            out.append(f"  False negatives: {prior}.")
         fn = _num(row, "fn_suspect_rate")
         if not math.isnan(fn):
             out.append(

@@ -5,9 +5,8 @@ Reasons (:data:`REASONS`, in this order wherever they are joined):
 
 - ``positive_aware``: s(q,n) ≥ α · s(q,p) (NV-Retriever's TopK-PercPos rule, α = 0.95); when
   s(q,p) ≤ 0 the rule reads s(q,n) ≥ s(q,p). A tie at exactly α · s(q,p) is suspected.
-- ``combined`` (instead of ``positive_aware`` when ``rule="combined"``): the shipped logistic
-  detector over s(q,n) − s(q,p), s(q,n), s(p0,n), coverage 1 − ψ and position
-  (:mod:`transferdx.diagnostics.fn_combined`) says p(false negative) ≥ its fitted threshold.
+- ``combined`` (instead of ``positive_aware`` when ``rule="combined"``): ``fn_probability`` (below)
+  ≥ the shipped detector's own cut (:mod:`transferdx.diagnostics.fn_combined`).
 - ``duplicate_positive``: the negative's normalised text equals the normalised text of any of the
   record's positives (:func:`normalise_text`).
 - ``near_duplicate_positive``: s(p0, n) ≥ δ (passage–passage cosine to the reference positive,
@@ -15,12 +14,14 @@ Reasons (:data:`REASONS`, in this order wherever they are joined):
 - ``duplicate_negative``: the same passage (same id; same normalised text when the id is absent or
   empty) appeared earlier among the record's negatives; the first occurrence is not suspected.
 
-Next to the reasons, every negative gets ``fn_probability``: the calibrated probability that it is a
-false negative, p = σ(a·z + b) with z the ``combined`` detector's logit and (a, b) =
-(:data:`PLATT_A`, :data:`PLATT_B`) from Platt scaling on TREC-DL19 deep judgments
-(:func:`fn_probability`; NA without an encoder). Default cleaning acts on negatives with
-``fn_probability ≥`` :data:`MIN_PROBABILITY` and on copies of a positive (:data:`HIGH_PRECISION_REASONS`);
-the rest is for review. :data:`DL19_PRECISION` is each rule's measured precision there.
+Next to the reasons, every negative gets ``fn_probability``: the probability that it is a false
+negative, from the shipped detectors (:func:`probabilities`: Platt-calibrated logistic regressions
+fitted on TREC-DL19 + DL21; ``multi`` with the other sources' agreement where two or more genuine
+sources hold the query, ``single`` elsewhere), moved by the audit to each source's own estimated
+share of false negatives (:mod:`transferdx.diagnostics.prior`; NaN without an encoder). Default
+cleaning acts on negatives with ``fn_probability ≥`` :data:`MIN_PROBABILITY` (chosen out of year) and
+on copies of a positive (:data:`HIGH_PRECISION_REASONS`); the rest is for review.
+:data:`DL19_PRECISION` is each fixed rule's measured precision on DL19.
 
 ``positive_aware``, ``combined`` and ``near_duplicate_positive`` need the frozen encoder
 (:data:`ENCODER_REASONS`); a lexical-only audit leaves them *unchecked* (NA), never False, and the
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from transferdx.diagnostics.fn_combined import CombinedDetector, features, load_combined
+from transferdx.diagnostics.fn_combined import MULTI, SINGLE, cleaning_cut, feature_matrix, load_combined
 from transferdx.inputs.records import normalise_text, passage_key  # the identity of texts and passages
 
 REASONS = ("positive_aware", "combined", "duplicate_positive", "near_duplicate_positive", "duplicate_negative")
@@ -43,25 +44,19 @@ ENCODER_REASONS = frozenset({"positive_aware", "combined", "near_duplicate_posit
 TEXT_REASONS = tuple(r for r in REASONS if r not in ENCODER_REASONS)
 RULES = ("positive_aware", "combined")  # the score rule: one of them is checked, the other is not
 
-# Platt scaling of the shipped ``combined`` detector's logit z: fn_probability = σ(PLATT_A·z + PLATT_B).
-# Produced by ``python experiments/fit_fn_combined.py`` (its "calibration" output; ``--check`` and
-# tests/test_fn_eval.py re-derive them): TREC-DL19 labels=single, six runs' top-8 (2,064 negatives of
-# 43 queries, judged >= 2 = false negative), all-MiniLM-L6-v2; (a, b) fitted by maximum likelihood on
-# out-of-fold logits (5 folds grouped by query), so a query's probability never comes from a model that
-# saw it. Expected calibration error (10 equal-count bins, out of fold): 0.033 raw, 0.030 calibrated.
-PLATT_A = 0.9066
-PLATT_B = 0.0094
-# The fn_probability cut for default cleaning: the lowest of 0.50, 0.55, …, 0.95 whose out-of-fold
-# precision on DL19 is >= 0.80 (measured: DL19_PRECISION["fn_probability"]).
-MIN_PROBABILITY = 0.80
+# The default cleaning's cut on the prior-adjusted fn_probability: for each detector the lowest of 0.50,
+# 0.55, …, 0.95 whose out-of-year precision on TREC-DL (each year scored by the detector fitted on the
+# other, pooled) is >= 0.80, and the stricter of the two; written by experiments/fit_fn_combined.py into
+# fn_combined.json (``cleaning``).
+MIN_PROBABILITY = float(cleaning_cut("single")["cut"])
 # Reasons default cleaning acts on whatever the probability: a copy of a positive is a false negative
 # by definition (DL19 has none, so it is not measured there); a near-copy (s(p0,n) ≥ δ) was one in
 # DL19_PRECISION["near_duplicate_positive"] of cases there (0.78, against 0.66 for positive_aware).
 HIGH_PRECISION_REASONS = ("duplicate_positive", "near_duplicate_positive")
-# Measured on the same DL19 frame by fn_eval.probability_measurement (α = 0.95, δ = 0.85, threshold
-# MIN_PROBABILITY; fit_fn_combined.py prints it): per rule, (negatives suspected, precision, its 95%
-# query-bootstrap CI); None where the rule suspected nothing there. Base rate = precision of suspecting all.
-# ``fn_probability`` is out of fold; ``combined`` is the shipped fit applied to the data it was fitted on.
+# Measured on TREC-DL19 by fn_eval.rule_precision (α = 0.95, δ = 0.85; unjudged = not relevant;
+# experiments/fit_fn_combined.py prints it and --check re-derives it): per fixed rule, (negatives
+# suspected, precision, its 95% query-bootstrap CI); None where the rule suspected nothing there. Base
+# rate = precision of suspecting all. A rule's precision depends on the base rate; the verdict says so.
 DL19_BASE_RATE = 0.575
 DL19_PRECISION: Mapping[str, tuple[int, float, float, float] | None] = {
     "positive_aware": (1359, 0.659, 0.563, 0.760),
@@ -69,8 +64,6 @@ DL19_PRECISION: Mapping[str, tuple[int, float, float, float] | None] = {
     "duplicate_positive": None,
     "duplicate_negative": None,
     "default_rule": (1393, 0.665, 0.570, 0.764),
-    "combined": (1454, 0.733, 0.649, 0.813),
-    "fn_probability": (447, 0.841, 0.740, 0.928),
 }
 DL19_WHAT = "TREC-DL19 deep judgments (2,064 negatives of 43 queries, all-MiniLM-L6-v2)"
 
@@ -151,38 +144,44 @@ class SuspicionInputs:
     s_pn: np.ndarray | None = None
     coverage: np.ndarray | None = None  # 1 − ψ per negative (the combined rule)
     position: np.ndarray | None = None  # 0-based position of the negative in its record
+    agree_share: np.ndarray | None = None  # the other sources' agreement (NaN: the single detector)
+    agree_best: np.ndarray | None = None
+    probability: np.ndarray | None = None  # fn_probability as the audit adjusted it to each source's prior
 
 
-def combined_logit(detector: CombinedDetector, x: np.ndarray) -> np.ndarray:
-    """The detector's logit z = b + Σ_j w_j (x_j − μ_j)/σ_j ∈ (−∞, ∞) (its probability is σ(z))."""
-    standard = (np.asarray(x, dtype=np.float64) - np.asarray(detector.mean)) / np.asarray(detector.scale)
-    return np.asarray(standard @ np.asarray(detector.coef) + detector.intercept)
-
-
-def fn_probability(z: np.ndarray, a: float = PLATT_A, b: float = PLATT_B) -> np.ndarray:
-    """Calibrated p(false negative) = σ(a·z + b) ∈ (0, 1) from the detector's logit z."""
-    return np.asarray(1.0 / (1.0 + np.exp(-(a * np.asarray(z, dtype=np.float64) + b))))
-
-
-def _features(x: SuspicionInputs) -> np.ndarray:
+def _frame(x: SuspicionInputs) -> pd.DataFrame:
     n = len(x.neg_texts)
-    frame = pd.DataFrame(
+    nan = np.full(n, np.nan)
+    return pd.DataFrame(
         {
             "s_qp": x.s_qp,
             "s_qn": x.s_qn,
             "s_pn": x.s_pn,
             "coverage": np.zeros(n) if x.coverage is None else x.coverage,
             "position": np.zeros(n) if x.position is None else x.position,
+            "agree_share": nan if x.agree_share is None else x.agree_share,
+            "agree_best": nan if x.agree_best is None else x.agree_best,
         }
     )
-    return features(frame)
 
 
 def probabilities(x: SuspicionInputs) -> np.ndarray | None:
-    """``fn_probability`` per negative (None without the encoder's scores)."""
+    """The calibrated p(false negative) per negative at the detectors' training prior (None without
+    the encoder's scores): the ``multi`` detector where the other sources' agreement is known, the
+    ``single`` one elsewhere. :mod:`transferdx.diagnostics.prior` moves it to a source's own prior."""
     if x.s_qp is None or x.s_qn is None or x.s_pn is None:
         return None
-    return fn_probability(combined_logit(load_combined(), _features(x)))
+    frame = _frame(x)
+    multi = ~np.isnan(frame["agree_share"].to_numpy(dtype=np.float64))
+    out = np.full(len(frame), np.nan)
+    for rows, names, name in ((~multi, SINGLE, "single"), (multi, MULTI, "multi")):
+        if rows.any():
+            out[rows] = load_combined(name).probability(feature_matrix(frame[rows], names))
+    return out
+
+
+def _adjusted(x: SuspicionInputs) -> np.ndarray | None:
+    return x.probability if x.probability is not None else probabilities(x)
 
 
 def _positive_aware(x: SuspicionInputs, s: SuspicionSettings) -> np.ndarray | None:
@@ -192,9 +191,9 @@ def _positive_aware(x: SuspicionInputs, s: SuspicionSettings) -> np.ndarray | No
 
 
 def _combined(x: SuspicionInputs, s: SuspicionSettings) -> np.ndarray | None:
-    if s.rule != "combined" or x.s_qp is None or x.s_qn is None or x.s_pn is None:
+    if s.rule != "combined" or (p := _adjusted(x)) is None:
         return None
-    return load_combined().predict(_features(x))
+    return np.asarray(p >= load_combined().threshold, dtype=bool)
 
 
 def _near_duplicate(x: SuspicionInputs, s: SuspicionSettings) -> np.ndarray | None:
@@ -247,7 +246,7 @@ def suspect_negatives(x: SuspicionInputs, settings: SuspicionSettings = Suspicio
     joined = np.asarray([";".join(names[row]) for row in patterns], dtype=object)
     frame["fn_reasons"] = joined[np.asarray(which).reshape(-1)] if n else np.asarray([], dtype=object)
     frame["fn_suspect"] = hits.any(axis=1)
-    prob = probabilities(x)
+    prob = _adjusted(x)
     frame["fn_probability"] = np.full(n, np.nan) if prob is None else prob
     return frame
 

@@ -161,8 +161,8 @@ def clean(
     of being false negatives for ``reasons`` (None: the high-precision
     :data:`transferdx.cleaning.DEFAULT_REASONS` the audit checked) and, when the audit's frame has
     ``fn_probability``, those with ``fn_probability ≥ min_probability`` (``"auto"``: with the
-    default reasons, :data:`transferdx.diagnostics.suspicion.MIN_PROBABILITY` = 0.80, chosen on
-    TREC-DL19 deep judgments, precision 0.841; with reasons given, not used; None: not used). The other
+    default reasons, :data:`transferdx.diagnostics.suspicion.MIN_PROBABILITY` = 0.80, chosen out of
+    year on TREC-DL19/DL21, precision 0.814; with reasons given, not used; None: not used). The other
     suspects are listed for review (``result.review``). ``records``: anything :func:`transferdx.load`
     takes (``format``, ``source`` as there); a path or a table is written back in its own shape and
     form (``result.to_dataset()``, ``result.save``). ``audit_result``: an :class:`Audit` of the same
