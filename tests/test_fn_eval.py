@@ -347,6 +347,11 @@ def test_each_year_with_the_other_years_detector_matches_the_committed_table(two
         for form in ("raw", "adjusted"):
             for key in ("precision", "recall", "f1", "ap", "ece", "n_suspected"):
                 assert d[form][key] == pytest.approx(row[form][key], abs=1e-6), (form, key)
+        # the prior test: judged negatives subsampled to 5%, 15%, 30% and 57.5% false negatives
+        tested = years.prior_test(d)
+        for got, want in zip(tested, committed["prior_test"][f"{row['train']}->{row['test']}"], strict=True):
+            assert got == pytest.approx(want, abs=1e-6)
+            assert got["mean_ece"] < got["mean_ece_unadjusted"] or got["rate"] == 0.575
 
 
 @pytest.mark.slow

@@ -308,8 +308,9 @@ def test_suspects_csv_order_content_and_bytes(tmp_path):
     )
     detector = load_combined("single")
     p = detector.probability(x)
-    priors = {row["source"]: row["fn_prior"] for row in result.profile.rows}
-    assert all(0 <= v <= 1 for v in priors.values())
+    priors = {row["source"]: row["fn_prior_applied"] for row in result.profile.rows}
+    assert all(0 <= v <= detector.prior for v in priors.values())  # lowered to π̂, never raised
+    assert all(row["fn_prior_applied"] == min(row["fn_prior"], detector.prior) for row in result.profile.rows)
     pi = np.asarray([priors[src] for src in neg["source"]])
     expected = adjust(p, detector.prior, pi)
     single = ((neg["source"] == "c1") | (neg["qid"] == "q2")).to_numpy()

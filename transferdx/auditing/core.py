@@ -335,15 +335,24 @@ def _suspicion(
 
 
 PRIOR_STREAM = 0xF2  # the prior's bootstrap stream key, next to the false-negative rates' 0xF1
+# Why fn_probability is moved down to π̂ but never up past the detectors' training prior: on files mined
+# with sentence-transformers over TREC-DL19/DL21 (experiments/results/fn_years/mined_check.md) the
+# negatives were chosen by the audit's own encoder, so they look more false-negative-like than the
+# training mix whatever their labels; the estimate went to 1.000 (true 0.64 and 0.56) and the moved
+# probabilities to 1.000 (ECE 0.36 and 0.44, against 0.09 and 0.14 unmoved). Lowering was what held:
+# judged negatives subsampled to 5–30% false negatives (experiments/results/fn_years/README.md).
+PRIOR_CAP_WHY = "experiments/results/fn_years/mined_check.md"
 
 
 def _source_priors(
     records: Sequence[Record], owner: np.ndarray, p: np.ndarray, seed: int, resamples: int, confidence: float
 ) -> tuple[np.ndarray, dict[str, dict[str, float]]]:
     """Per source: π̂, the EM estimate of its share of false negatives with its bootstrap CI over the
-    source's records (:func:`~transferdx.diagnostics.prior.em_prior_ci`), and each negative's
-    probability moved from the detectors' training prior to π̂ (:func:`~transferdx.diagnostics.prior.adjust`).
-    Returns the adjusted probabilities and ``{source: {fn_prior, fn_prior_ci_low, fn_prior_ci_high}}``."""
+    source's records (:func:`~transferdx.diagnostics.prior.em_prior_ci`; genuine sources only, a
+    control's CI is NaN), and each negative's probability moved from the detectors' training prior to
+    min(π̂, π_t) (:func:`~transferdx.diagnostics.prior.adjust`; never raised, :data:`PRIOR_CAP_WHY`).
+    Returns the adjusted probabilities and ``{source: {fn_prior, fn_prior_ci_low, fn_prior_ci_high,
+    fn_prior_applied}}``."""
     train_prior = load_combined().prior
     adjusted = np.full(len(p), np.nan)
     source_of = np.asarray([r.source for r in records], dtype=object)
@@ -355,9 +364,17 @@ def _source_priors(
             continue
         local = np.searchsorted(recs, owner[rows])
         rng = bootstrap_rng(seed, [records[int(i)].qid for i in recs], PRIOR_STREAM)
-        est = em_prior_ci(p[rows], local, train_prior, rng, resamples, confidence)
-        adjusted[rows] = adjust(p[rows], train_prior, est.prior)
-        out[str(name)] = {"fn_prior": est.prior, "fn_prior_ci_low": est.low, "fn_prior_ci_high": est.high}
+        # the interval only where the verdict reads it (genuine sources): a control gets the estimate alone
+        genuine = records[int(recs[0])].kind == "genuine"
+        est = em_prior_ci(p[rows], local, train_prior, rng, resamples if genuine else 0, confidence)
+        applied = min(est.prior, train_prior)  # only ever lowered: see PRIOR_CAP_WHY
+        adjusted[rows] = adjust(p[rows], train_prior, applied)
+        out[str(name)] = {
+            "fn_prior": est.prior,
+            "fn_prior_ci_low": est.low,
+            "fn_prior_ci_high": est.high,
+            "fn_prior_applied": applied,
+        }
     return adjusted, out
 
 

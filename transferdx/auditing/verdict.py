@@ -236,9 +236,16 @@ def _probability_precision() -> str:
 
 def _prior(row: Mapping[str, Any]) -> str | None:
     """The source's estimated share of false negatives, or None when not estimated."""
-    value = _num(row, "fn_prior")
+    value, applied = _num(row, "fn_prior"), _num(row, "fn_prior_applied")
     if math.isnan(value):
         return None
+    if not math.isnan(applied) and applied < value:
+        return (
+            f"the estimate of its share of false negatives, {_ci(row, 'fn_prior')}, is above the detectors' training"
+            f" share {applied:.3f}, where it is not reliable (on files mined with the audit's own encoder it went to"
+            " 1.000 against a true 0.56–0.64), so fn_probability is not raised to it: it stays calibrated at the"
+            " training share, and this file's rate is likely above that"
+        )
     return (
         f"its estimated share of false negatives is {_ci(row, 'fn_prior')} (EM prior adjustment; fn_probability is"
         " moved to it)"

@@ -10,12 +10,12 @@ calibrated p to the prior π:
 and π itself is estimated by the EM procedure of Saerens, Latinne & Decaestecker (2002), "Adjusting
 the outputs of a classifier to new a priori probabilities" (Neural Computation 14(1)): the fixed point
 of π^{k+1} = mean_i p'_i(π^k), which is the maximum-likelihood prior of the mixture (:func:`em_prior`;
-found by bisection of the likelihood's slope, which falls with π, to within 1e-8). Its interval is a
+the root of the likelihood's slope, which falls with π, found by bisection to within 1e-8). Its interval is a
 percentile bootstrap over records (:func:`em_prior_ci`): each resample weighs the negatives by how
 often their record was drawn, and all resamples are solved together on a grid of :data:`GRID`
-probability bins (each negative at its bin's centre, an error in p below 1/(2·GRID)), so that a
-resample costs O(GRID) per step whatever the number of negatives. The point estimate uses the
-probabilities themselves. Numpy and scipy.sparse.
+probability bins (each negative at its bin's centre, an error in p below 1/(2·GRID); only occupied
+bins are kept) to within 1e-5, so that a resample costs O(min(n, GRID)) per step whatever the number
+of negatives. The point estimate uses the probabilities themselves, to within 1e-8. Numpy and scipy.sparse.
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ import scipy.sparse as sp
 from transferdx.resampling import percentile_bounds, resample_counts
 
 TOL = 1e-8
+BOOT_TOL = 1e-5  # a resample's π̂ (its percentiles are read to 3 decimals)
 MAX_ITER = 1000
-GRID = 2048  # probability bins of the bootstrap (the point estimate is exact)
+GRID = 256  # probability bins of the bootstrap (the point estimate is exact)
 EDGE = 1e-6  # priors and probabilities are kept in [EDGE, 1 − EDGE] so that r and s stay finite
 
 
@@ -51,16 +52,18 @@ def _em(p: np.ndarray, weights: np.ndarray, train_prior: float, tol: float, max_
     The fixed point π = mean_i p'_i(π) is where the weighted log-likelihood of the mixture,
     Σ_i w_i log(π·λ_i + 1 − π) with λ_i = [p_i/(1 − p_i)] / [π_t/(1 − π_t)], has zero slope
     g(π) = Σ_i w_i (λ_i − 1)/(π·λ_i + 1 − π); g falls with π (the likelihood is concave), so the fixed
-    point is found by bisection on [0, 1] (π̂ = 0 where g(0) ≤ 0, 1 where g(1) ≥ 0) to within ``tol``
-    — the limit EM's iteration approaches, reached in ⌈log2(1/tol)⌉ steps instead of EM's slow crawl
-    near 0 or 1."""
+    point is its root in [0, 1] (π̂ = 0 where g(0) ≤ 0, 1 where g(1) ≥ 0), found by bisection to
+    within ``tol``: the limit EM's iteration approaches, reached in ⌈log2(1/tol)⌉ + 1 steps instead of
+    EM's slow crawl near 0 or 1."""
     pc = np.clip(np.asarray(p, dtype=np.float64), 1e-12, 1 - 1e-12)
     pi_t = float(np.clip(train_prior, EDGE, 1 - EDGE))
     lam = (pc / (1 - pc)) / (pi_t / (1 - pi_t))
     total = weights.sum(axis=1)
 
+    d = lam - 1.0
+
     def slope(pi: np.ndarray) -> np.ndarray:
-        return np.asarray((weights * ((lam - 1.0) / (pi[:, None] * (lam - 1.0) + 1.0))).sum(axis=1))
+        return np.asarray((weights * (d / (pi[:, None] * d + 1.0))).sum(axis=1))
 
     b = weights.shape[0]
     low, high = np.zeros(b), np.ones(b)
@@ -115,10 +118,11 @@ def em_prior_ci(
         return PriorEstimate(point, float("nan"), float("nan"), len(p))
     n_records = int(owner.max()) + 1
     bins = np.minimum((np.clip(p, 0.0, 1.0) * GRID).astype(np.int64), GRID - 1)
-    centres = (np.arange(GRID) + 0.5) / GRID
-    hist = sp.csr_matrix((np.ones(len(p)), (owner, bins)), shape=(n_records, GRID))  # items per (record, bin)
+    used, column = np.unique(bins, return_inverse=True)  # only the occupied bins: at most min(n, GRID)
+    centres = (used + 0.5) / GRID
+    hist = sp.csr_matrix((np.ones(len(p)), (owner, column)), shape=(n_records, len(used)))  # items per (record, bin)
     values = [
-        _em(centres, np.asarray(hist.T.dot(counts.T).T), train_prior, TOL, MAX_ITER)
+        _em(centres, np.asarray(hist.T.dot(counts.T).T), train_prior, BOOT_TOL, MAX_ITER)
         for counts in resample_counts(n_records, rng, resamples)
     ]
     low, high = percentile_bounds(np.concatenate(values), confidence)
