@@ -100,24 +100,24 @@ def mine(qs, model, path: Path) -> dict[str, Any]:
 def audit_with_calibrated(path: Path):
     """``transferdx.audit(path)`` as a user runs it, plus each negative's calibrated probability *before*
     the prior adjustment (column ``p_calibrated`` of ``audit.result.negatives``), for diagnosis only:
-    read at run time by wrapping ``transferdx.auditing.core._source_priors`` (the step that moves the
+    read at run time by wrapping ``transferdx.auditing.core.source_priors`` (the step that moves the
     calibrated probabilities to the source's EM prior) for the duration of the call; nothing is
     changed in what the audit computes."""
     import transferdx as tdx
     import transferdx.auditing.core as core
 
     seen: list[np.ndarray] = []
-    original = core._source_priors
+    original = core.source_priors
 
     def recording(records, owner, p, *args, **kwargs):
         seen.append(np.asarray(p, dtype=np.float64).copy())
         return original(records, owner, p, *args, **kwargs)
 
-    core._source_priors = recording
+    core.source_priors = recording
     try:
         audit = tdx.audit(path)
     finally:
-        core._source_priors = original
+        core.source_priors = original
     if len(seen) != 1 or len(seen[0]) != len(audit.result.negatives):
         raise SystemExit("could not read the calibrated probabilities of the audit")
     audit.result.negatives["p_calibrated"] = seen[0]

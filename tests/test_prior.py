@@ -72,12 +72,12 @@ def test_em_interval_covers_the_truth_and_is_reproducible():
 
 
 def test_the_audit_lowers_probabilities_to_the_estimate_but_never_raises_them():
-    """core._source_priors: per source π̂ with its CI (genuine only), and p moved to min(π̂, π_t);
+    """core.source_priors: per source π̂ with its CI (genuine only), and p moved to min(π̂, π_t);
     the verdict says when the estimate was above the training share and not applied."""
     from types import SimpleNamespace
 
-    from transferdx.auditing.core import _source_priors
-    from transferdx.auditing.verdict import _prior
+    from transferdx.auditing.core import source_priors
+    from transferdx.auditing.verdict import prior_sentence
     from transferdx.diagnostics.fn_combined import load_combined
 
     pi_t = load_combined().prior
@@ -89,13 +89,13 @@ def test_the_audit_lowers_probabilities_to_the_estimate_but_never_raises_them():
     owner = np.repeat(np.arange(len(records)), 4)
     rng = np.random.default_rng(0)
     p = np.concatenate([rng.uniform(0.0, 0.3, 160), rng.uniform(0.85, 1.0, 160)])  # few, then most look false
-    adjusted, priors = _source_priors(records, owner, p, seed=0, resamples=200, confidence=0.95)
+    adjusted, priors = source_priors(records, owner, p, seed=0, resamples=200, confidence=0.95)
     low, high = priors["low"], priors["high"]
     assert low["fn_prior"] < pi_t and low["fn_prior_applied"] == low["fn_prior"]
     assert low["fn_prior_ci_low"] <= low["fn_prior"] <= low["fn_prior_ci_high"]
     assert np.allclose(adjusted[:160], adjust(p[:160], pi_t, low["fn_prior"])) and (adjusted[:160] <= p[:160]).all()
     assert high["fn_prior"] > pi_t and high["fn_prior_applied"] == pi_t and np.isnan(high["fn_prior_ci_low"])
     assert np.allclose(adjusted[160:], p[160:])  # not raised
-    said = _prior({**high, "fn_prior_ci_low": 0.9, "fn_prior_ci_high": 1.0})
+    said = prior_sentence({**high, "fn_prior_ci_low": 0.9, "fn_prior_ci_high": 1.0})
     assert said is not None and "not raised" in said and f"{pi_t:.3f}" in said
-    assert "moved to it" in (_prior(low) or "")
+    assert "moved to it" in (prior_sentence(low) or "")

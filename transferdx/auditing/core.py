@@ -287,7 +287,7 @@ def _suspicion(
         inputs = dataclasses.replace(inputs, agree_share=share, agree_best=best)
         calibrated = probabilities(inputs)
         if calibrated is not None:
-            adjusted, priors = _source_priors(records, owner, calibrated, seed, resamples, confidence)
+            adjusted, priors = source_priors(records, owner, calibrated, seed, resamples, confidence)
             inputs = dataclasses.replace(inputs, probability=adjusted)
     flags = suspect_negatives(inputs, s)
     for col in flags.columns:
@@ -344,7 +344,7 @@ PRIOR_STREAM = 0xF2  # the prior's bootstrap stream key, next to the false-negat
 PRIOR_CAP_WHY = "experiments/results/fn_years/mined_check.md"
 
 
-def _source_priors(
+def source_priors(
     records: Sequence[Record], owner: np.ndarray, p: np.ndarray, seed: int, resamples: int, confidence: float
 ) -> tuple[np.ndarray, dict[str, dict[str, float]]]:
     """Per source: π̂, the EM estimate of its share of false negatives with its bootstrap CI over the

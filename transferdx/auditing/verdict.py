@@ -234,7 +234,7 @@ def _probability_precision() -> str:
     )
 
 
-def _prior(row: Mapping[str, Any]) -> str | None:
+def prior_sentence(row: Mapping[str, Any]) -> str | None:
     """The source's estimated share of false negatives, or None when not estimated."""
     value, applied = _num(row, "fn_prior"), _num(row, "fn_prior_applied")
     if math.isnan(value):
@@ -474,7 +474,7 @@ def verdict_lines(
                 f"  This is a cleaned copy (action {f.cleaned.get('action')}, reasons {reasons}): what was removed"
                 " is no longer counted here."
             )
-        if (prior := _prior(row)) is not None:
+        if (prior := prior_sentence(row)) is not None:
             out.append(f"  False negatives: {prior}.")
         fn = _num(row, "fn_suspect_rate")
         if not math.isnan(fn):
