@@ -286,27 +286,33 @@ class Context:
     settings: Mapping[str, Any]
 
 
-def _remine_inverted(row: Mapping[str, Any], ctx: Context) -> str | None:
-    reason = (_absolute(row) or {}).get("mostly_inverted")
-    if reason is None:
-        return None
-    return (
-        f"Most negatives outscore the positive under the frozen encoder ({reason}): the labels, not the"
-        " encoder, are the likelier error. Re-mine with a margin below the positive, e.g. sentence-transformers"
-        " `mine_hard_negatives(..., relative_margin=0.05)`, or skip the top ranks with `range_min=10`."
-    )
+Advice = Callable[[Mapping[str, Any], Context], "str | None"]
 
 
-def _remine_other_positive(row: Mapping[str, Any], ctx: Context) -> str | None:
-    reason = (_absolute(row) or {}).get("copies_other_positive")
-    if reason is None:
-        return None
-    return (
-        f"Most negatives are passages the file labels relevant to another query ({reason}): they are already"
-        " in-batch negatives under MNRL, so the source was assembled from the file's positives, not mined."
-        " Re-mine from the corpus, e.g. sentence-transformers `mine_hard_negatives(..., corpus=...)` over the"
-        " full passage collection."
-    )
+def _on_flag(flag: str, text: str) -> Advice:
+    """Advice that fires on the absolute flag ``flag`` and says ``text`` with its reason in ``{reason}``."""
+
+    def advice(row: Mapping[str, Any], ctx: Context) -> str | None:
+        reason = (_absolute(row) or {}).get(flag)
+        return None if reason is None else text.format(reason=reason)
+
+    advice.__name__ = f"_on_{flag}"
+    return advice
+
+
+_remine_inverted = _on_flag(
+    "mostly_inverted",
+    "Most negatives outscore the positive under the frozen encoder ({reason}): the labels, not the"
+    " encoder, are the likelier error. Re-mine with a margin below the positive, e.g. sentence-transformers"
+    " `mine_hard_negatives(..., relative_margin=0.05)`, or skip the top ranks with `range_min=10`.",
+)
+_remine_other_positive = _on_flag(
+    "copies_other_positive",
+    "Most negatives are passages the file labels relevant to another query ({reason}): they are already"
+    " in-batch negatives under MNRL, so the source was assembled from the file's positives, not mined."
+    " Re-mine from the corpus, e.g. sentence-transformers `mine_hard_negatives(..., corpus=...)` over the"
+    " full passage collection.",
+)
 
 
 EASY_NOTE = "The negatives are mostly easy"
@@ -396,7 +402,6 @@ def _use(row: Mapping[str, Any], ctx: Context) -> str | None:
     return said + "."
 
 
-Advice = Callable[[Mapping[str, Any], Context], "str | None"]
 # action → the advice that leads to it, in the order said; the first action with any advice wins
 ADVICE: tuple[tuple[str, tuple[Advice, ...]], ...] = (
     ("re-mine", (_remine_inverted, _remine_other_positive)),
