@@ -101,8 +101,8 @@ def near_duplicate_positive(s_pn: np.ndarray, delta: float = 0.85) -> np.ndarray
 def duplicate_positive(negatives: Sequence[str], owner: np.ndarray, positives: Sequence[Sequence[str]]) -> np.ndarray:
     """Negative k (of record ``owner[k]``) has the normalised text of any positive of its record.
     ``negatives`` and ``positives`` are raw texts; each distinct text is normalised once."""
-    norm = {t: normalise_text(t) for t in dict.fromkeys(negatives)}
-    pos_sets = [{normalise_text(p) for p in ps} for ps in positives]
+    norm = {t: normalise_text(t) for t in dict.fromkeys([*negatives, *(p for ps in positives for p in ps)])}
+    pos_sets = [{norm[p] for p in ps} for ps in positives]
     return np.fromiter(
         (norm[t] in pos_sets[int(o)] for t, o in zip(negatives, owner, strict=True)),
         dtype=bool,
