@@ -20,6 +20,8 @@ import pandas as pd
 import transferdx as tdx
 from transferdx.artifacts import canonical_json
 from transferdx.auditing.fn_eval import eval_frame
+from transferdx.diagnostics.fn_combined import agreement
+from transferdx.diagnostics.other_positive import other_positive
 from transferdx.diagnostics.tokens import alnum
 from transferdx.inputs.records import passage_key
 from transferdx.inputs.trec_dl import load_trec_dl
@@ -75,25 +77,22 @@ def bm25_rel(records, k1: float = 0.9, b: float = 0.4) -> np.ndarray:
 
 
 def cross_record(records) -> pd.DataFrame:
-    """Per negative: agreement share and best position over the sources holding the query; whether
-    the passage is another query's positive."""
-    holders: dict[str, set[str]] = defaultdict(set)
-    where: dict[tuple[str, str], list[int]] = defaultdict(list)
-    positives: dict[str, set[str]] = defaultdict(set)
-    for r in records:
-        holders[r.qid].add(r.source)
-        for p in r.positives:
-            positives[passage_key(p.id, p.text)].add(r.qid)
-        for k, neg in enumerate(r.negatives):
-            where[(r.qid, passage_key(neg.id, neg.text))].append(k)
-    rows = []
-    for r in records:
-        for neg in r.negatives:
-            key = passage_key(neg.id, neg.text)
-            seen = where[(r.qid, key)]
-            owners = positives.get(key, set())
-            rows.append((len(seen) / len(holders[r.qid]), math.log1p(min(seen)), float(bool(owners - {r.qid}))))
-    return pd.DataFrame(rows, columns=["agree_share", "agree_best", "other_positive"])
+    """Per negative: the other sources' agreement (``agree_share``, ``agree_best``) and whether the
+    passage is another query's positive, computed by the audit's own functions
+    (:func:`transferdx.diagnostics.fn_combined.agreement`,
+    :func:`transferdx.diagnostics.other_positive.other_positive`), so the features a detector is fitted
+    on are the ones the audit gives it."""
+    owner = np.repeat(np.arange(len(records)), [len(r.negatives) for r in records])
+    keys = np.asarray([passage_key(n.id, n.text) for r in records for n in r.negatives], dtype=object)
+    share, best = agreement(
+        np.asarray([r.qid for r in records], dtype=object),
+        np.asarray([r.source for r in records], dtype=object),
+        np.asarray([r.kind == "genuine" for r in records], dtype=bool),
+        owner,
+        keys,
+    )
+    hit = other_positive(records).astype(np.float64)
+    return pd.DataFrame({"agree_share": share, "agree_best": best, "other_positive": hit})
 
 
 def year_frame(data_dir: Path, year: str) -> pd.DataFrame:
