@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from transferdx.auditing.core import SemanticSettings, audit, background_texts
+from transferdx.auditing.core import SemanticSettings, audit_records, background_texts
 from transferdx.diagnostics.tokens import alnum
 from transferdx.embed import EmbeddingCache, EncoderSpec, resolve_model
 from transferdx.inputs.trec_dl import load_trec_dl
@@ -67,16 +67,16 @@ def main() -> None:
 
         cache = Path(tmp) / "cache"
         t0 = time.perf_counter()
-        cold = audit(loaded, alnum, encoder=EmbeddingCache(spec, cache, progress=False))
+        cold = audit_records(loaded, alnum, encoder=EmbeddingCache(spec, cache, progress=False))
         t_cold = time.perf_counter() - t0
         t0 = time.perf_counter()
         warm_encoder = EmbeddingCache(spec, cache, progress=False)
-        warm = audit(load_trec_dl(Path(args.data_dir) / "msmarco-dl19"), alnum, encoder=warm_encoder)
+        warm = audit_records(load_trec_dl(Path(args.data_dir) / "msmarco-dl19"), alnum, encoder=warm_encoder)
         t_warm = time.perf_counter() - t0
 
         profiler = cProfile.Profile()
         profiler.enable()
-        audit(
+        audit_records(
             load_trec_dl(Path(args.data_dir) / "msmarco-dl19"),
             alnum,
             encoder=EmbeddingCache(spec, cache, progress=False),

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from transferdx.auditing.core import audit
+from transferdx.auditing.core import audit_records
 from transferdx.diagnostics.tokens import alnum
 from transferdx.embed import EmbeddingCache, EncoderSpec, resolve_model
 from transferdx.embed import backends as b
@@ -166,7 +166,7 @@ def main() -> None:
                 row["export_and_load_s"] = time.perf_counter() - started
             started = time.perf_counter()
             cache = EmbeddingCache(spec, Path(tmp) / f"cache-{label}", progress=False)
-            result = audit(loaded, alnum, encoder=cache)
+            result = audit_records(loaded, alnum, encoder=cache)
             row["cold_audit_s"] = time.perf_counter() - started
             row["dl19_texts_per_s"] = throughput(cache, dl19_sample)
             row["scifact_texts_per_s"] = throughput(cache, scifact)

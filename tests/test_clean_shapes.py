@@ -230,7 +230,7 @@ def test_relabel_keeps_every_query_and_labels_pairs(tmp_path):
     ]
     src = write_input(rows, tmp_path, "jsonl")
     vectors = {"the answer": vec(0.8, 1), "the answer two": vec(0.8, 1), "close": vec(0.99, 2), "low": vec(0.1, 2)}
-    from transferdx.auditing.core import audit as core_audit
+    from transferdx.auditing.core import audit_records as core_audit
     from transferdx.auditing.result import Audit
     from transferdx.diagnostics.tokens import alnum
 

@@ -11,14 +11,14 @@ from hydra import compose, initialize_config_dir
 
 import transferdx as tdx
 from transferdx import config
-from transferdx.auditing.core import audit as core_audit
+from transferdx.auditing.core import audit_records as core_audit
 from transferdx.auditing.result import Audit
 from transferdx.cleaning import RELABELED_RELATION, clean_records
 from transferdx.diagnostics.suspicion import SuspicionSettings
 from transferdx.diagnostics.tokens import alnum
 from transferdx.inputs.records import LoadResult, Passage, Record
-from transferdx.inputs.registry import BORROWED_RELATION
 from transferdx.inputs.transferdx_records import read_records, write_records
+from transferdx.inputs.writing import BORROWED_RELATION
 from transferdx.presets import config_dir
 
 from .conftest import run_cli

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from transferdx.auditing.core import audit
+from transferdx.auditing.core import audit_records
 from transferdx.auditing.profiles import (
     ABSOLUTE_FLAG_RULES,
     FLAG_RULES,
@@ -283,11 +283,11 @@ def test_negative_residuality_neg_index_restarts_per_record():
 
 @pytest.mark.parametrize("chunk", [1, 2, 3])
 def test_multi_block_tokenisation_equals_one_block(monkeypatch, chunk):
-    """kills: `len(blocks) > 1` → `> 2` / `< 1` / returning one block, and block offsets (`start + CHUNK`)
+    """kills: `len(blocks) > 1` → `> 2` / `< 1` / returning one block, and block offsets (`start + TEXT_CHUNK`)
     in the chunked incidence: several blocks give the same ψ as one block and as the closed form."""
     recs = lex_records()
     one_block = negative_residuality(recs, alnum)["psi"].to_numpy()
-    monkeypatch.setattr(lexical, "CHUNK", chunk)
+    monkeypatch.setattr(lexical, "TEXT_CHUNK", chunk)
     blocks = negative_residuality(recs, alnum)["psi"].to_numpy()
     np.testing.assert_array_equal(blocks, one_block)
     corpus = [x.text for r in recs for x in (*r.negatives, *r.positives)]
@@ -416,7 +416,7 @@ def semantic_audit(resamples: int = 100):
         for k, (t, s) in enumerate(zip(negs, sns, strict=True)):
             vectors[t] = at(s, 2 + (k % 2))
         recs.append(passage_record(qid, f"query {qid} word{i}", pos, negs, "g"))
-    result = audit(LoadResult(recs), alnum, encoder=FixedEncoder(vectors), seed=0, resamples=resamples)
+    result = audit_records(LoadResult(recs), alnum, encoder=FixedEncoder(vectors), seed=0, resamples=resamples)
     return result, vectors
 
 

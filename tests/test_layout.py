@@ -127,3 +127,42 @@ def test_inputs_import_nothing_above_them():
 def test_leaf_utilities_import_no_transferdx_module():
     edges = graph()
     assert {leaf: edges[leaf] for leaf in LEAVES} == {leaf: set() for leaf in LEAVES}
+
+
+# The CLI edge: the only modules that import Hydra or OmegaConf (docs/design.md §6).
+HYDRA_EDGE = {"transferdx.config", "transferdx.cli", "transferdx.cli_help", "transferdx.runs"}
+
+
+def third_party_imports(path: Path) -> set[str]:
+    """The top-level names of every package ``path`` imports (absolute imports only)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_only_the_cli_edge_imports_hydra():
+    users = {name for name, path in module_names().items() if third_party_imports(path) & {"hydra", "omegaconf"}}
+    assert users == HYDRA_EDGE, sorted(users ^ HYDRA_EDGE)
+
+
+def test_inputs_import_only_the_leaves_outside_themselves():
+    """What docs/design.md §6 says ``inputs/`` imports: itself, ``artifacts`` and ``display``."""
+    outside = {t for n, ts in graph().items() if n.startswith(GROUND) for t in ts if not t.startswith(GROUND)}
+    assert outside == LEAVES, sorted(outside)
+
+
+def test_no_public_function_or_class_defined_twice():
+    """A public function or class name has one home in the package (constants may repeat a word)."""
+    homes: dict[str, list[str]] = {}
+    for name, path in module_names().items():
+        if path.name == "__init__.py":
+            continue
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.FunctionDef | ast.ClassDef) and not node.name.startswith("_"):
+                homes.setdefault(node.name, []).append(name)
+    twice = {n: sorted(m) for n, m in homes.items() if len(m) > 1}
+    assert twice == {}, twice

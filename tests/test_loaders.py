@@ -12,9 +12,11 @@ import pytest
 from transferdx.inputs.beir import load_beir
 from transferdx.inputs.flagembedding import load_flagembedding
 from transferdx.inputs.msmarco import load_msmarco_triples, load_st_hard_negatives
-from transferdx.inputs.reading import parse_slice, read_id_text_tsv
-from transferdx.inputs.registry import load, names
+from transferdx.inputs.reading import parse_slice
+from transferdx.inputs.registry import names
+from transferdx.inputs.registry import read as load
 from transferdx.inputs.sentence_transformers import load_ntuple
+from transferdx.inputs.textforms import read_id_text_tsv
 from transferdx.inputs.transferdx_records import read_records, write_records
 from transferdx.inputs.trec_dl import load_trec_dl
 
@@ -234,8 +236,8 @@ def test_registry_knows_the_demo_on_its_own():
     import sys
 
     code = (
-        "from transferdx.inputs.registry import load, load_query_set;"
-        "print(len(load('demo').sources), load_query_set('demo').name)"
+        "from transferdx.inputs.registry import read, read_query_set;"
+        "print(len(read('demo').sources), read_query_set('demo').name)"
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert out.split() == ["3", "demo"]

@@ -297,7 +297,7 @@ def test_psi_per_distinct_pair_equals_previous_per_negative_computation(monkeypa
     external = [" ".join(f"w{j}" for j in range(i, i + 12)) for i in range(0, 150, 5)]
     if blocks:  # many scoring and tokenising blocks
         monkeypatch.setattr(lexical, "ENTRY_BLOCK", 7)
-        monkeypatch.setattr(lexical, "CHUNK", 5)
+        monkeypatch.setattr(lexical, "TEXT_CHUNK", 5)
     pairs = {(r.query, n.text) for r in recs for n in r.negatives}
     assert len(pairs) < sum(len(r.negatives) for r in recs)  # pairs do repeat
     got = negative_residuality(recs, alnum, corpus, external_texts=external if corpus == "external" else None)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import transferdx as tdx
-from transferdx.auditing.core import audit
+from transferdx.auditing.core import audit_records
 from transferdx.auditing.profiles import (
     ABSOLUTE_FLAG_RULES,
     OTHER_POSITIVE_STATS,
@@ -78,7 +78,7 @@ def test_other_positive_by_id_by_text_own_and_same_qid_across_sources():
 
 
 def lexical_audit(records: list[Record], resamples: int = 200):
-    return audit(LoadResult(records), alnum, resamples=resamples, seed=3)
+    return audit_records(LoadResult(records), alnum, resamples=resamples, seed=3)
 
 
 def test_audit_columns_count_and_rate_with_its_bootstrap_ci():

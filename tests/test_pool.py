@@ -63,10 +63,10 @@ def test_two_cpu_processes_give_the_same_bytes_as_one_and_encode_each_text_once(
         two.embed(passages[:50], "passage")
         before = two.encoded_texts
         q2, p2 = two.embed(queries, "query"), two.embed(passages, "passage")
-        assert two._pool is not None and len(two._pool.devices) == 2
+        assert two.encoder._pool is not None and len(two.encoder._pool.devices) == 2
         assert 0 < two.pooled_texts < two.encoded_texts  # both paths ran: pool units and parent units
         assert two.encoded_texts - before == len(set(queries)) + len(set(passages) - set(passages[:50]))
-    assert two._pool is None  # closed on leaving the block
+    assert two.encoder._pool is None  # closed on leaving the block
     assert q2.tobytes() == q1.tobytes() and p2.tobytes() == p1.tobytes()
     # read back from the multi-process cache by a one-process reader: nothing encoded, same bytes
     reader = EmbeddingCache(MINILM, tmp_path / "two", progress=False)

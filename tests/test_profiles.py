@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import scipy.stats
 
-from transferdx.auditing.core import audit
+from transferdx.auditing.core import audit_records
 from transferdx.auditing.profiles import PROFILE_COLUMNS, bootstrap_mean_ci, profile_sources
 from transferdx.diagnostics.tokens import alnum
 from transferdx.inputs.records import Exclusion, LoadResult
@@ -42,7 +42,7 @@ def test_profile_aggregates_records():
         record("a", "red apple", ["blue"], source="y", kind="control"),
     ]
     loaded = LoadResult(recs, [Exclusion("f", "3", "x", "d", "record", "", "negatives", "no negatives")])
-    result = audit(loaded, alnum, seed=1, resamples=200)
+    result = audit_records(loaded, alnum, seed=1, resamples=200)
     frame = result.profile.to_frame()
     assert list(frame.columns[: len(PROFILE_COLUMNS)]) == PROFILE_COLUMNS
     x = frame.set_index("source").loc["x"]
@@ -69,7 +69,9 @@ def test_bootstrap_stream_is_per_source():
     """Adding a source changes nothing about another source's row (per-source IDF, own bootstrap seed)."""
     recs = [record(str(i), f"w{i} common word", [f"w{i}", "common", "word w1"], source="a") for i in range(30)]
     extra = [record(str(i), f"w{i} z", ["z"], source="b") for i in range(5)]
-    alone = audit(LoadResult(recs), alnum, idf_corpus="per_source").profile.to_frame().set_index("source")
-    both = audit(LoadResult(recs + extra), alnum, idf_corpus="per_source").profile.to_frame().set_index("source")
+    alone = audit_records(LoadResult(recs), alnum, idf_corpus="per_source").profile.to_frame().set_index("source")
+    both = (
+        audit_records(LoadResult(recs + extra), alnum, idf_corpus="per_source").profile.to_frame().set_index("source")
+    )
     pd.testing.assert_series_equal(alone.loc["a"], both.loc["a"])  # NaN (unmeasured rates) equals NaN
     assert alone.loc["a", "psi_ci_low"] < alone.loc["a", "psi_ci_high"]

@@ -88,13 +88,13 @@ def test_backbone_model_alone_infers_the_source(tmp_path):
     ``package``) names a folder or a hub model; anything else is a one-line error."""
     folder = tmp_path / "my-encoder"
     folder.mkdir()
-    spec = config.encoder_spec(overrides(f"backbone.model={folder}"))
+    spec = config.backbone_spec(overrides(f"backbone.model={folder}"))
     assert (spec.source, spec.name, spec.model) == ("path", "my-encoder", str(folder))
-    hub = config.encoder_spec(overrides("backbone.model=intfloat/e5-base-v2"))
+    hub = config.backbone_spec(overrides("backbone.model=intfloat/e5-base-v2"))
     assert (hub.source, hub.name) == ("hub", "intfloat__e5-base-v2")
-    assert config.encoder_spec(overrides()).source == "package"
+    assert config.backbone_spec(overrides()).source == "package"
     with pytest.raises(ValueError, match="neither a model folder, a hub id"):
-        config.encoder_spec(overrides("backbone.model=no_such_model_package"))
+        config.backbone_spec(overrides("backbone.model=no_such_model_package"))
 
 
 def test_readme_links_exist():

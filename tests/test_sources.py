@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transferdx.auditing.core import audit
+from transferdx.auditing.core import audit_records
 from transferdx.diagnostics.tokens import alnum
 from transferdx.embed import topk_chunked
 from transferdx.inputs.records import OWN_POSITIVE_RELATION, Passage, QuerySet, Record
 from transferdx.inputs.trec_dl import load_trec_dl_query_set
 from transferdx.resampling import records_key
-from transferdx.sources.build import build_sources, hybrid
+from transferdx.sources.build import build_from_context, hybrid
 from transferdx.sources.context import BuildContext
 from transferdx.sources.controls import CONTROLS, build_control, derangement, random_mix
 from transferdx.sources.demo import demo_query_set
@@ -217,7 +217,7 @@ def test_same_seed_same_sources():
 
     def run(seed):
         ctx = BuildContext(demo_query_set(), seed=seed, encoder=FakeEncoder())
-        return build_sources(ctx, names, list(CONTROLS))
+        return build_from_context(ctx, names, list(CONTROLS))
 
     a, b, c = run(5), run(5), run(6)
     assert a.records == b.records and a.exclusions == b.exclusions
@@ -232,7 +232,7 @@ def test_dl19_false_negatives_measured(data):
     qs = load_trec_dl_query_set(data / "msmarco-dl19")
     assert len(qs.queries) == 43 and len(qs.pool) > 14000
     ctx = BuildContext(qs, k=8, seed=0)
-    built = build_sources(ctx, ["bm25", "perturb"], ["random_passages", "own_positive_mix"])
+    built = build_from_context(ctx, ["bm25", "perturb"], ["random_passages", "own_positive_mix"])
     assert "perturb" not in built.false_negatives  # edits of p0 are not judged passages
     fn = dict(built.false_negatives)
     assert set(fn) == {"bm25", "random_passages", "own_positive_mix"}
@@ -246,7 +246,7 @@ def test_dl19_false_negatives_measured(data):
             assert all((n.judgment or 0) < 2 for n in rec.negatives)
     rate = lambda s: sum(r[1] for r in fn[s]) / sum(r[2] for r in fn[s])  # noqa: E731
     assert rate("own_positive_mix") > rate("bm25") > rate("random_passages")
-    result = audit(built, alnum, resamples=200)
+    result = audit_records(built, alnum, resamples=200)
     row = result.profile.to_frame().set_index("source")
     assert row.loc["perturb", "false_negative_rate"] == "not_measured"
     assert row.loc["bm25", "false_negative_rate"] == pytest.approx(rate("bm25"))

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from transferdx.auditing.core import audit
+from transferdx.auditing.core import audit_records
 from transferdx.auditing.profiles import QUANTILES, bootstrap_quantiles
 from transferdx.auditing.report import render_report
 from transferdx.diagnostics.composite import CompositeSettings, composite, composite_bootstrap
@@ -239,9 +239,9 @@ def test_demo_audit_composite_intervals_same_by_either_route(monkeypatch):
     from transferdx.sources.demo import demo_sources
 
     loaded = demo_sources()
-    fast = audit(loaded, alnum, encoder=HashEncoder(384), resamples=200).profile.to_frame()
+    fast = audit_records(loaded, alnum, encoder=HashEncoder(384), resamples=200).profile.to_frame()
     monkeypatch.setattr(composite_module, "composite_bootstrap", functools.partial(composite_bootstrap, route="primal"))
-    slow = audit(loaded, alnum, encoder=HashEncoder(384), resamples=200).profile.to_frame()
+    slow = audit_records(loaded, alnum, encoder=HashEncoder(384), resamples=200).profile.to_frame()
     ci = [c for c in fast.columns if c.startswith("composite_") and "_ci_" in c]
     assert ci
     np.testing.assert_allclose(fast[ci].to_numpy(float), slow[ci].to_numpy(float), rtol=0, atol=1e-9)
@@ -268,7 +268,7 @@ def _loaded() -> LoadResult:
 
 @pytest.fixture(scope="module")
 def audited():
-    return audit(_loaded(), alnum, encoder=HashEncoder(), seed=4, resamples=300, confidence=0.8)
+    return audit_records(_loaded(), alnum, encoder=HashEncoder(), seed=4, resamples=300, confidence=0.8)
 
 
 def test_margin_quantile_cis_in_the_profile_follow_the_source_stream(audited):
@@ -326,10 +326,12 @@ def test_same_seed_same_profile_and_report_shows_the_new_cis(audited):
     """A second audit with the same seed gives the same bytes; another seed moves the new CIs only.
     The report prints each new CI as ``value [low, high]``. Kills: the report keeping the old
     point-only margin/composite tables."""
-    again = audit(_loaded(), alnum, encoder=HashEncoder(), seed=4, resamples=300, confidence=0.8)
+    again = audit_records(_loaded(), alnum, encoder=HashEncoder(), seed=4, resamples=300, confidence=0.8)
     first = audited.profile.to_frame()
     assert first.to_csv(index=False) == again.profile.to_frame().to_csv(index=False)
-    other = audit(_loaded(), alnum, encoder=HashEncoder(), seed=5, resamples=300, confidence=0.8).profile.to_frame()
+    other = audit_records(
+        _loaded(), alnum, encoder=HashEncoder(), seed=5, resamples=300, confidence=0.8
+    ).profile.to_frame()
     assert (first["margin_median"] == other["margin_median"]).all()
     assert (first["composite_logdet"] == other["composite_logdet"]).all()
     assert (first["composite_logdet_ci_low"] != other["composite_logdet_ci_low"]).any()
@@ -358,7 +360,7 @@ def test_composite_ci_resamples_records_not_negatives():
         for i, k in enumerate(ks)
     ]
     loaded = LoadResult(recs)
-    result = audit(loaded, alnum, encoder=HashEncoder(8), seed=2, resamples=400)
+    result = audit_records(loaded, alnum, encoder=HashEncoder(8), seed=2, resamples=400)
     row = result.profile.to_frame().set_index("source").loc["c"]
     e_q, e_p, e_n, w, owner = source_inputs(result, loaded, "c", HashEncoder(8))
     assert np.bincount(owner).tolist() == ks

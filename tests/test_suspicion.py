@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from transferdx.auditing.core import audit
+from transferdx.auditing.core import audit_records
 from transferdx.auditing.profiles import (
     ALL_FLAG_RULES,
     FLAG_RULES,
@@ -21,7 +21,7 @@ from transferdx.auditing.profiles import (
     flag_thresholds,
     profile_sources,
 )
-from transferdx.auditing.report import FILES, write_audit
+from transferdx.auditing.report import AUDIT_FILES, write_audit
 from transferdx.diagnostics.fn_combined import features, load_combined
 from transferdx.diagnostics.prior import adjust
 from transferdx.diagnostics.suspicion import (
@@ -154,7 +154,7 @@ def fake_audit(encoder: bool = True, resamples: int = 200):
         negatives = tuple(Passage(i, t) for t, _, i in negs)
         recs.append(Record(qid, f"query {qid}", (Passage(f"p{qid}", pos),), negatives, source, kind))
     enc = FixedEncoder(vectors) if encoder else None
-    return audit(LoadResult(recs), alnum, encoder=enc, seed=3, resamples=resamples)
+    return audit_records(LoadResult(recs), alnum, encoder=enc, seed=3, resamples=resamples)
 
 
 def test_audit_reasons_counts_and_rates_with_ci():
@@ -267,10 +267,10 @@ def test_suspects_csv_order_content_and_bytes(tmp_path):
     """Kills: sorting ascending, or by s(q,n) alone (g1/q1's exact tie, s(q,n) = 0.76, score 0, must
     follow g1/q2's "close neg", s(q,n) = 0.59, score 0.02), the tie-break by source/qid/neg_index
     dropped (c1's two equal-score copies of p), texts missing or from the wrong record, the file
-    missing from FILES, and non-deterministic bytes."""
+    missing from AUDIT_FILES, and non-deterministic bytes."""
     result = fake_audit()
     paths = write_audit(result, tmp_path / "a", {"seed": 3})
-    assert FILES["suspects"] == "suspects.csv" and paths["suspects"].name == "suspects.csv"
+    assert AUDIT_FILES["suspects"] == "suspects.csv" and paths["suspects"].name == "suspects.csv"
     frame = pd.read_csv(paths["suspects"], keep_default_na=False)
     assert list(frame.columns[:4]) == ["source", "kind", "qid", "neg_index"]
     order = list(zip(frame["source"], frame["qid"], frame["neg_index"], strict=True))
@@ -348,7 +348,7 @@ def test_report_truncates_texts_and_says_when_encoder_reasons_unchecked(tmp_path
             "s",
         )
     ]
-    result = audit(LoadResult(recs), alnum, encoder=None, resamples=20)
+    result = audit_records(LoadResult(recs), alnum, encoder=None, resamples=20)
     assert len(result.suspects) == 12 and result.suspects["score"].isna().all()
     assert result.suspects["neg_index"].tolist() == list(range(1, 13))  # first occurrence not suspected
     paths = write_audit(result, tmp_path, {})

@@ -15,7 +15,7 @@ import scipy.stats
 from transferdx import AnalysisSettings, render_tables
 from transferdx.analysis.sensitivity import AuditRun, changed, find_base, kendall, sensitivity, value_range
 from transferdx.inputs.records import LoadResult, sample_queries
-from transferdx.paper.tables import Cell, Table, source_label
+from transferdx.paper.tables import Cell, PaperTable, source_label
 
 from .conftest import REPO, record, run_cli
 from .synthetic import write_all
@@ -184,7 +184,7 @@ def test_sample_queries_is_paired_and_seeded():
 
 
 def test_table_formats_and_bold():
-    table = Table(
+    table = PaperTable(
         "Table X",
         "A caption with ψ & 50%.",
         ("Model", "Source", "Score"),

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from transferdx.inputs.records import Passage, Record
-from transferdx.training import TrainSettings, train, training_columns
+from transferdx.training import TrainSettings, train_model, training_columns
 
 from .tiny import WORDS, tiny_model
 
@@ -57,7 +57,7 @@ def test_columns_leave_out_short_records():
 
 
 def test_loss_falls_on_separable_toy_set(tmp_path):
-    result = train(
+    result = train_model(
         toy_records(),
         spec_for(tiny_model(tmp_path / "m")),
         SETTINGS,
@@ -71,7 +71,7 @@ def test_loss_falls_on_separable_toy_set(tmp_path):
     assert (result.model_dir / ".complete").is_file()
     config = json.loads((tmp_path / "run" / "train_config.json").read_text())
     assert config["n_examples"] == 64 and config["settings"]["tau"] == 0.05
-    again = train(toy_records(), spec_for(tmp_path / "m" / "st"), SETTINGS, tmp_path / "run", cache_dir=tmp_path)
+    again = train_model(toy_records(), spec_for(tmp_path / "m" / "st"), SETTINGS, tmp_path / "run", cache_dir=tmp_path)
     assert again.skipped
 
 
@@ -85,7 +85,7 @@ def test_interrupted_run_resumes_from_checkpoint(tmp_path):
 
     model = tiny_model(tmp_path / "m")
     with pytest.raises(KeyboardInterrupt):
-        train(
+        train_model(
             toy_records(),
             spec_for(model),
             SETTINGS,
@@ -102,7 +102,7 @@ def test_interrupted_run_resumes_from_checkpoint(tmp_path):
         def on_step_end(self, args, state, control, **kwargs):
             steps.append(state.global_step)
 
-    resumed = train(
+    resumed = train_model(
         toy_records(),
         spec_for(model),
         SETTINGS,

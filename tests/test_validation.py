@@ -111,9 +111,9 @@ def test_bootstrap_p_closed_forms():
     assert v.bootstrap_p(np.r_[np.ones(900), -np.ones(100)]) == pytest.approx(2 * 101 / 1001)
 
 
-def test_transfer_table_recovers_the_planted_ordering_and_frozen_deltas():
+def test_transfer_estimates_recovers_the_planted_ordering_and_frozen_deltas():
     scores, frozen = planted()
-    table = v.transfer_table(scores, {"scifact": frozen}, KINDS, resamples=2000)
+    table = v.transfer_estimates(scores, {"scifact": frozen}, KINDS, resamples=2000)
     last = table.iloc[-1]
     assert last["source"] == v.FROZEN and last["ndcg10"] == pytest.approx(frozen.mean())
     assert last["ci_low"] < last["ndcg10"] < last["ci_high"]
@@ -152,7 +152,7 @@ def test_pairwise_holm_matches_statsmodels_and_established_needs_seed_consistenc
 
 def test_flag_check_a_and_missed_defects():
     scores, frozen = planted()
-    table = v.transfer_table(scores, {"scifact": frozen}, KINDS, resamples=2000)
+    table = v.transfer_estimates(scores, {"scifact": frozen}, KINDS, resamples=2000)
     pairs = v.pairwise_differences(scores, resamples=4000)
     flags = v.flag_check(profile(), table, pairs, ["eta_high", "fn_suspect_high", "inversion_low", "psi_high"])
     by = {(r["flag"], r["source"]): r for r in flags.to_dict("records")}
@@ -215,7 +215,7 @@ def test_diagnostic_agreement_b_against_scipy():
 
 def test_dose_response_c_slope_is_ols_and_monotone_truth_is_recovered():
     scores, frozen = planted()
-    table = v.transfer_table(scores, {"scifact": frozen}, KINDS, resamples=2000)
+    table = v.transfer_estimates(scores, {"scifact": frozen}, KINDS, resamples=2000)
     boot = v.resample(scores, None, 2000)
     rungs, trend = v.dose_response(profile(), table, boot, DOSES, ["eta_mean", "fn_suspect_rate"])
     assert list(rungs["source"]) == ["bm25", "random_mix_25", "random_mix_75", "random_passages"]

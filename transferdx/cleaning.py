@@ -11,10 +11,10 @@ table), not removed, unless asked for (``reasons=[...]``).
 
 The core, :func:`clean_records`, is pure: records and the audit's per-negative frame (``source``,
 ``qid``, ``neg_index``, ``fn_<reason>``, ``fn_reasons``, optionally ``fn_probability``) in; one
-:class:`~transferdx.inputs.registry.CleanedQuery` per record (none dropped), the removed table and
+:class:`~transferdx.inputs.writing.CleanedQuery` per record (none dropped), the removed table and
 the emptied table out. The verb, :func:`transferdx.pipeline.clean`, loads, audits when no audit is
 given, cleans, rewrites the input's own tables through each family's writer
-(:func:`transferdx.inputs.registry.rewrite`) and, with ``out``, writes the copy
+(:func:`transferdx.inputs.writing.rewrite`) and, with ``out``, writes the copy
 (:meth:`CleanResult.save`).
 
 ``relabel`` moves a negative to the positives (after the existing ones, so p0 stays the reference
@@ -30,7 +30,7 @@ record needs a negative (triplet, n-tuple, FlagEmbedding, records) it *borrows* 
 of the next query of its source in input order (cyclically; marked ``borrowed_negative`` in the
 records view) — what a trainer with in-batch negatives would pair it with anyway. Only when no query
 of the source keeps a negative is it not written (``fallback`` says so). Rows that lost negatives
-follow :func:`transferdx.inputs.registry.fill_slots`; every changed row is in ``rows.csv``.
+follow :func:`transferdx.inputs.writing.fill_slots`; every changed row is in ``rows.csv``.
 """
 
 from __future__ import annotations
@@ -45,14 +45,20 @@ import numpy as np
 import pandas as pd
 
 from transferdx import display
-from transferdx.artifacts import atomic_write_text, canonical_json, csv_text, safe_join
+from transferdx.artifacts import atomic_write_bytes, atomic_write_text, canonical_json, csv_text, safe_join
 from transferdx.auditing.report import exclusions_frame
 from transferdx.auditing.result import Audit
 from transferdx.diagnostics.suspicion import ENCODER_REASONS, REASONS, RULES, normalise_text
 from transferdx.inputs.records import LoadResult, Passage, Record
-from transferdx.inputs.registry import BORROWED_RELATION, CleanedQuery, Rewritten
-from transferdx.inputs.tables import rows_dataset, write_rows
 from transferdx.inputs.transferdx_records import write_records, write_source_folder
+from transferdx.inputs.writing import (
+    BORROWED_RELATION,
+    CleanedQuery,
+    Rewritten,
+    rows_dataset,
+    write_rows,
+    write_sidecars,
+)
 
 ACTIONS = ("remove", "relabel")
 RELABELED_RELATION = "relabeled_false_negative"
@@ -267,6 +273,7 @@ class CopyTable:
     split: str | None = None
     n_rows_in: int = 0  # the input table's rows (unreadable ones included)
     n_unreadable: int = 0  # rows that could not be read at all (in the exclusion log)
+    companions: Mapping[str, bytes] = field(default_factory=dict)  # files of the input copied as read
 
     def save_form(self) -> str:
         return {"DataFrame": "parquet", "Dataset": "save_to_disk"}.get(self.form, self.form)
@@ -362,8 +369,11 @@ class CleanResult:
             for t in self.tables:
                 r = t.rewritten
                 written.append(write_rows(r.columns, r.rows, safe_join(copy, t.name), t.save_form(), t.like, t.split))
+                for companion, data in sorted(t.companions.items()):
+                    written.append(safe_join(copy, companion))
+                    atomic_write_bytes(written[-1], data)
             if self.descriptor.get("input_is_folder"):
-                written += _sidecars(self.loaded, copy)
+                written += write_sidecars(self.loaded, copy)
         elif name:
             path = safe_join(copy, str(name))
             write_records(self.loaded.records, path)
@@ -380,17 +390,6 @@ class CleanResult:
         written.append(safe_join(folder, FILES["descriptor"]))
         atomic_write_text(written[-1], canonical_json(dict(self.descriptor)))
         return written
-
-
-def _sidecars(loaded: LoadResult, folder: Path) -> list[Path]:
-    """``descriptors.json`` and ``false_negatives.json`` of a folder copy (read back with it)."""
-    from transferdx.inputs.reading import SIDECARS
-
-    paths = [safe_join(folder, SIDECARS["descriptors"]), safe_join(folder, SIDECARS["false_negatives"])]
-    atomic_write_text(paths[0], canonical_json(loaded.descriptors))
-    fn = {s: [list(row) for row in rows] for s, rows in loaded.false_negatives.items()}
-    atomic_write_text(paths[1], canonical_json(fn))
-    return paths
 
 
 def unchecked_why(checked: Sequence[str]) -> dict[str, str]:

@@ -59,7 +59,8 @@ def run_clean(cfg: DictConfig) -> Path:
     from transferdx import pipeline as p
 
     started, call = time.perf_counter(), c.clean_call(cfg)
-    records = call.pop("records") or p.load_inputs(c.input_settings(cfg), c.build_encoder(cfg))  # None: from data
+    # None: the records the data config names, each table kept so the copy is written in its own form
+    records = call.pop("records") or p.load_inputs(c.input_settings(cfg), c.build_encoder(cfg), keep_tables=True)
     result = p.clean(records, **call)
     print(result.summary())
     print(f"{time.perf_counter() - started:.1f}s; cleaned copy: {call['out'].resolve()}  (removed.csv, emptied.csv)")
@@ -115,7 +116,7 @@ def run_evaluate(cfg: DictConfig) -> Path:
     from transferdx.training import checkpoint_spec
 
     started, out = time.perf_counter(), Path(cfg.output_dir)
-    spec = checkpoint_spec(str(cfg.model)) if cfg.get("model") else c.check_encoder(c.encoder_spec(cfg))
+    spec = checkpoint_spec(str(cfg.model)) if cfg.get("model") else c.check_encoder(c.backbone_spec(cfg))
     rows = p.evaluate(spec, c.benchmark_settings(cfg), out=out, cache_dir=str(cfg.paths.cache_dir), seed=int(cfg.seed))
     print(_fmt(rows))
     print(f"{time.perf_counter() - started:.1f}s; metrics: {out.resolve()}/<dataset>/metrics.json")

@@ -27,7 +27,7 @@ from transferdx.training import TrainSettings
 __all__ = ["config_dir"]
 
 
-def plain(node: Any) -> Any:
+def plain_config(node: Any) -> Any:
     """A config node as plain dicts and lists, interpolations resolved."""
     return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
 
@@ -115,7 +115,7 @@ def input_path(cfg: DictConfig) -> str | None:
         return None
     if OmegaConf.is_config(value):
         raise ValueError(
-            f"input= takes one path (a records file or a folder of them), got {plain(value)!r}: put the files in"
+            f"input= takes one path (a records file or a folder of them), got {plain_config(value)!r}: put the files in"
             " one folder and give input=<folder>; a path with a comma needs quotes, e.g. 'input=\"a,b.jsonl\"'"
         )
     return str(value)
@@ -174,7 +174,7 @@ def check_encoder(spec: EncoderSpec) -> EncoderSpec:
 def tokenizer_options(cfg: DictConfig) -> dict[str, Any]:
     """The ``tokenizer`` group's options; ``model_name_or_path`` of the ``backbone`` tokenizer must
     name a folder, or a hub model that is cached or reachable."""
-    options = {k: v for k, v in plain(cfg.tokenizer).items() if k != "name"}
+    options = {k: v for k, v in plain_config(cfg.tokenizer).items() if k != "name"}
     location = options.get("model_name_or_path")
     if cfg.tokenizer.name == "backbone" and location:
         location = str(location)
@@ -198,7 +198,7 @@ def data_options(cfg: DictConfig) -> tuple[str, dict[str, Any]]:
     if missing:
         needed = " ".join(f"data.{k}=..." for k in missing)
         raise ValueError(f"data={cfg.data.get('name', '?')} needs {needed} (see conf/data/{cfg.data.get('name')}.yaml)")
-    options: dict[str, Any] = dict(plain(cfg.data))
+    options: dict[str, Any] = dict(plain_config(cfg.data))
     options.pop("name", None)
     fmt = options.pop("format")
     if "slice" in options:
@@ -223,9 +223,9 @@ def self_controls(cfg: DictConfig) -> str | list[str]:
     return controls(cfg) or "none"
 
 
-def encoder_spec(cfg: DictConfig) -> EncoderSpec:
+def backbone_spec(cfg: DictConfig) -> EncoderSpec:
     """The ``backbone`` group as a spec; ``backbone.model=<folder or org/name>`` alone infers the source."""
-    return with_inferred_source(EncoderSpec.from_config(plain(cfg.backbone)))
+    return with_inferred_source(EncoderSpec.from_config(plain_config(cfg.backbone)))
 
 
 def needs_encoder(cfg: DictConfig) -> bool:
@@ -243,7 +243,7 @@ def audit_spec(cfg: DictConfig) -> EncoderSpec:
     study names one (a backbone trained on sources audited by another encoder), else the backbone."""
     name = cfg.get("audit_backbone")
     if not name:
-        return encoder_spec(cfg)
+        return backbone_spec(cfg)
     from transferdx.presets import read_preset
 
     return with_inferred_source(EncoderSpec.from_config(read_preset("backbone", str(name))))
@@ -268,7 +268,7 @@ def input_settings(cfg: DictConfig) -> InputSettings:
         sources=[str(s) for s in cfg.sources],
         controls=controls(cfg),
         k=int(cfg.k),
-        slice=plain(cfg.get("slice")),
+        slice=plain_config(cfg.get("slice")),
         seed=int(cfg.seed),
         bm25=dict(cfg.bm25),
         control_parent=cfg.get("control_parent"),
@@ -294,7 +294,7 @@ def semantic_settings(cfg: DictConfig) -> SemanticSettings:
 def composite_settings(node: Any) -> CompositeSettings:
     """``diagnostics.composite``: ε and the exponents (floats), ``resamples`` (null: the audit's
     bootstrap.resamples; 0: no CI); unknown keys are an error."""
-    values = dict(plain(node)) if OmegaConf.is_config(node) else dict(node)
+    values = dict(plain_config(node)) if OmegaConf.is_config(node) else dict(node)
     valid = {"eps", "exp_rho", "exp_eta", "exp_psi", "zero_tol", "chunk", "resamples"}
     unknown = sorted(set(values) - valid)
     if unknown:
@@ -309,7 +309,7 @@ def composite_settings(node: Any) -> CompositeSettings:
 
 def suspicion_settings(node: Any) -> SuspicionSettings:
     """``diagnostics.suspicion``: α, δ (floats) and the score rule (a name); unknown keys are an error."""
-    values = dict(plain(node)) if OmegaConf.is_config(node) else dict(node)
+    values = dict(plain_config(node)) if OmegaConf.is_config(node) else dict(node)
     unknown = sorted(set(values) - {"alpha", "delta", "rule"})
     if unknown:
         raise ValueError(f"unknown diagnostics.suspicion settings {unknown}; valid: alpha, delta, rule")
@@ -355,7 +355,7 @@ def clean_call(cfg: DictConfig) -> dict[str, Any]:
     options = audit_options(cfg)
     if reasons is not None and set(reasons) <= set(TEXT_REASONS):
         options = dataclasses.replace(options, semantic=None)
-    encoder = check_encoder(encoder_spec(cfg)) if options.semantic is not None else None
+    encoder = check_encoder(backbone_spec(cfg)) if options.semantic is not None else None
     return {
         "records": input_path(cfg),
         "reasons": reasons,
@@ -369,15 +369,15 @@ def clean_call(cfg: DictConfig) -> dict[str, Any]:
 
 
 def train_settings(cfg: DictConfig) -> TrainSettings:
-    return TrainSettings.from_config(plain(cfg.training))
+    return TrainSettings.from_config(plain_config(cfg.training))
 
 
 def benchmark_settings(cfg: DictConfig) -> BenchmarkSettings:
-    return BenchmarkSettings.from_dict(plain(cfg.benchmark))
+    return BenchmarkSettings.from_dict(plain_config(cfg.benchmark))
 
 
 def analysis_settings(cfg: DictConfig) -> AnalysisSettings:
-    return AnalysisSettings.from_dict(plain(cfg))
+    return AnalysisSettings.from_dict(plain_config(cfg))
 
 
 def _min_probability(value: Any) -> float | str | None:
@@ -388,7 +388,7 @@ def _min_probability(value: Any) -> float | str | None:
 def train_call(cfg: DictConfig) -> dict[str, Any]:
     """Keyword arguments of :func:`transferdx.train` for ``transferdx-train`` and the study."""
     return {
-        "encoder": check_encoder(encoder_spec(cfg)),
+        "encoder": check_encoder(backbone_spec(cfg)),
         "source": str(cfg.source),
         "settings": train_settings(cfg),
         "seed": int(cfg.seed),
@@ -403,14 +403,14 @@ def study_call(cfg: DictConfig) -> dict[str, Any]:
     return {
         "sources": list(cfg.sources),
         "out": Path(cfg.output_dir),
-        "encoder": check_encoder(encoder_spec(cfg)),
+        "encoder": check_encoder(backbone_spec(cfg)),
         "options": audit_options(cfg),
         "training": train_settings(cfg),
         "benchmark": benchmark_settings(cfg),
         "analysis": analysis_settings(cfg.analysis),
         "sensitivity_dirs": list(cfg.get("sensitivity_dirs") or cfg.analysis.get("sensitivity_dirs") or []),
         "evaluate_frozen": bool(cfg.get("evaluate_frozen")),
-        "seeds": plain(cfg.get("seeds")),
+        "seeds": plain_config(cfg.get("seeds")),
         "train_controls": bool(cfg.get("train_controls")),
         "audit_encoder": check_encoder(audit_spec(cfg)) if cfg.get("audit_backbone") else None,
         "tables": bool(cfg.get("tables_after")),

@@ -22,7 +22,7 @@ MAX_NAMES = 8  # names listed in a repr line; the rest are counted
 MAX_VERDICT = 12_000  # characters of the verdict shown in the display
 
 # the compact profile: profile column → header (what the verdict talks about, not the 98 columns)
-PROFILE_COLUMNS: dict[str, str] = {
+PROFILE_HEADERS: dict[str, str] = {
     "source": "source",
     "kind": "kind",
     "n_records": "n_records",
@@ -70,7 +70,7 @@ def markdown_table(columns: Sequence[str], rows: Iterable[Sequence[Any]], max_ro
     return "\n".join(lines)
 
 
-def frame_table(frame: Any, columns: Mapping[str, str] | None = None, max_rows: int = MAX_ROWS) -> str:
+def frame_markdown(frame: Any, columns: Mapping[str, str] | None = None, max_rows: int = MAX_ROWS) -> str:
     """A ``pandas.DataFrame`` as :func:`markdown_table`: ``columns`` (name → header) picks and
     renames the columns present, in that order (all columns without it)."""
     chosen = {c: h for c, h in (columns or {c: str(c) for c in frame.columns}).items() if c in frame.columns}
@@ -123,7 +123,7 @@ def audit_repr(profile: Any, n_suspects: int) -> str:
 
 def audit_markdown(verdict: str, profile: Any, n_suspects: int, n_control_suspects: int, n_exclusions: int) -> str:
     """The verdict (cut at :data:`MAX_VERDICT` characters), the compact profile
-    (:data:`PROFILE_COLUMNS`), and where the rest is."""
+    (:data:`PROFILE_HEADERS`), and where the rest is."""
     if len(verdict) > MAX_VERDICT:
         verdict = verdict[:MAX_VERDICT].rsplit("\n", 1)[0] + "\n\n… (the whole verdict: `.verdict()`)"
     parts = [
@@ -131,7 +131,7 @@ def audit_markdown(verdict: str, profile: Any, n_suspects: int, n_control_suspec
         "",
         "### Profile (compact: every column in `.profile`)",
         "",
-        frame_table(profile, PROFILE_COLUMNS),
+        frame_markdown(profile, PROFILE_HEADERS),
         "",
         f"Suspected false negatives in your sources: {n_suspects:,} (`.suspects`, with their text); "
         f"in the controls: {n_control_suspects:,} (`.suspects_of('control')`). "
@@ -214,5 +214,5 @@ def clean_markdown(summary: str, removed: Any, columns: Sequence[str] = ()) -> s
     parts = ["### Cleaning", "", *(f"- {cell(ln.strip(), 300)}" for ln in shown)]
     if len(removed):
         picked = {c: c for c in (columns or removed.columns)}
-        parts += ["", "Removed or relabeled negatives (all in `.removed`):", "", frame_table(removed, picked, 10)]
+        parts += ["", "Removed or relabeled negatives (all in `.removed`):", "", frame_markdown(removed, picked, 10)]
     return "\n".join(parts) + "\n"

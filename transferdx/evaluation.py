@@ -1,6 +1,7 @@
 """BEIR evaluation with per-query metrics (docs/design.md §5).
 
-Follows beir's conventions: corpus text = (title + " " + text).strip(); exact dense search by
+Follows beir's conventions: corpus text = (title + " " + text).strip() (the BEIR reader of
+:mod:`transferdx.inputs.beir`, which the audit reads BEIR through too); exact dense search by
 cosine similarity; a retrieved document whose id equals the query id is dropped
 (``ignore_identical_ids``); metrics from pytrec_eval with beir's measure strings
 (``ndcg_cut``, ``recall``, ``map_cut``). Aggregates are plain means over the evaluated queries;
@@ -37,20 +38,26 @@ class BeirData:
     ignore_identical_ids: bool = True
 
 
-def load_beir_split(folder: str | Path, split: str = "test", max_queries: int | None = None, seed: int = 0) -> BeirData:
-    """A BEIR folder through beir's ``GenericDataLoader``; optionally a seeded subset of queries."""
-    from beir.datasets.data_loader import GenericDataLoader
+def benchmark_queries(qids: Sequence[str], max_queries: int | None = None, seed: int = 0) -> list[str]:
+    """``qids``, or a seeded subset of ``max_queries`` of them in their order (every benchmark
+    loader's rule: ``default_rng(seed).choice`` without replacement, picks sorted)."""
+    qids = list(qids)
+    if max_queries is None or max_queries >= len(qids):
+        return qids
+    picks = np.random.default_rng(seed).choice(len(qids), size=max_queries, replace=False)
+    return [qids[i] for i in sorted(picks)]
 
+
+def load_beir_split(folder: str | Path, split: str = "test", max_queries: int | None = None, seed: int = 0) -> BeirData:
+    """A BEIR folder read by :func:`transferdx.inputs.beir.read_beir_split` (the audit's reader and
+    text rule), its judged queries in id order; optionally a seeded subset (:func:`benchmark_queries`)."""
+    from transferdx.inputs.beir import read_beir_split
     from transferdx.inputs.reading import require_path
 
     folder = require_path(folder, "folder")
-    corpus, queries, qrels = GenericDataLoader(data_folder=str(folder)).load(split=split)
-    texts = {pid: (doc.get("title", "") + " " + doc.get("text", "")).strip() for pid, doc in corpus.items()}
-    qids = sorted(q for q in queries if q in qrels)
-    if max_queries is not None and max_queries < len(qids):
-        picks = np.random.default_rng(seed).choice(len(qids), size=max_queries, replace=False)
-        qids = [qids[i] for i in sorted(picks)]
-    return BeirData(folder.name, texts, {q: queries[q] for q in qids}, {q: qrels[q] for q in qids})
+    corpus, queries, qrels = read_beir_split(folder, split)
+    qids = benchmark_queries(sorted(q for q in queries if q in qrels), max_queries, seed)
+    return BeirData(folder.name, corpus, {q: queries[q] for q in qids}, {q: qrels[q] for q in qids})
 
 
 def load_trec_dl_benchmark(
@@ -66,10 +73,7 @@ def load_trec_dl_benchmark(
 
     folder = require_path(folder, "folder")
     qs = load_trec_dl_query_set(folder, relevant_grade=relevant_grade)
-    qids = list(qs.queries)
-    if max_queries is not None and max_queries < len(qids):
-        picks = np.random.default_rng(seed).choice(len(qids), size=max_queries, replace=False)
-        qids = [qids[i] for i in sorted(picks)]
+    qids = benchmark_queries(list(qs.queries), max_queries, seed)
     judgments = qs.judgments or {}
     return BeirData(
         folder.name,
@@ -81,15 +85,8 @@ def load_trec_dl_benchmark(
     )
 
 
-def load_beir_benchmark(
-    folder: str | Path, split: str = "test", max_queries: int | None = None, seed: int = 0
-) -> BeirData:
-    """:func:`load_beir_split` (the registry's name for the BEIR layout)."""
-    return load_beir_split(folder, split, max_queries, seed)
-
-
 # Benchmark layouts (``benchmark.datasets[].format``): folder → BeirData.
-BENCHMARK_FORMATS = {"beir": load_beir_benchmark, "trec_dl": load_trec_dl_benchmark}
+BENCHMARK_FORMATS = {"beir": load_beir_split, "trec_dl": load_trec_dl_benchmark}
 
 
 def dense_search(
@@ -169,7 +166,9 @@ class Evaluation:
         return "\n".join(lines) + "\n"
 
 
-def evaluate(encoder: Any, data: BeirData, k_values: Sequence[int] = (10, 100), top_k: int | None = None) -> Evaluation:
+def evaluate_dataset(
+    encoder: Any, data: BeirData, k_values: Sequence[int] = (10, 100), top_k: int | None = None
+) -> Evaluation:
     """Embed corpus and queries through ``encoder`` (an :class:`~transferdx.embed.EmbeddingCache`,
     so a frozen model's corpus is encoded once), search exactly, and score every query."""
     top_k = top_k or max(k_values)

@@ -34,7 +34,7 @@ from typing import TypeVar
 
 import numpy as np
 
-CHUNK = 200  # resamples drawn per call by resample_indices / resample_counts
+RESAMPLE_CHUNK = 200  # resamples drawn per call by resample_indices / resample_counts
 
 Draw = TypeVar("Draw")
 
@@ -88,7 +88,9 @@ def draw_indices(n: int, rng: np.random.Generator, resamples: int) -> np.ndarray
     return rng.integers(0, n, size=(resamples, n))
 
 
-def resample_indices(n: int, rng: np.random.Generator, resamples: int, chunk: int = CHUNK) -> Iterator[np.ndarray]:
+def resample_indices(
+    n: int, rng: np.random.Generator, resamples: int, chunk: int = RESAMPLE_CHUNK
+) -> Iterator[np.ndarray]:
     """Yield (B_chunk × n) matrices of the record indices of each bootstrap resample, drawn as
     ``rng.integers(0, n, (B_chunk, n))``, the same stream as ``scipy.stats.bootstrap`` draws for one
     sample."""
@@ -96,7 +98,9 @@ def resample_indices(n: int, rng: np.random.Generator, resamples: int, chunk: in
         yield draw_indices(n, rng, min(chunk, resamples - start))
 
 
-def resample_counts(n: int, rng: np.random.Generator, resamples: int, chunk: int = CHUNK) -> Iterator[np.ndarray]:
+def resample_counts(
+    n: int, rng: np.random.Generator, resamples: int, chunk: int = RESAMPLE_CHUNK
+) -> Iterator[np.ndarray]:
     """Yield (B_chunk × n) float64 matrices of how often each record appears in each bootstrap
     resample (the counts of :func:`resample_indices`; each row sums to n)."""
     for idx in resample_indices(n, rng, resamples, chunk):

@@ -173,7 +173,7 @@ def _precision(setting: str) -> dict[str, Any]:
     return {"bf16": True} if torch.cuda.is_bf16_supported() else {"fp16": True}
 
 
-def train(
+def train_model(
     records: Sequence[Record],
     spec: EncoderSpec,
     settings: TrainSettings,

@@ -8,7 +8,7 @@ diagnostic and mean nDCG@10 over datasets, and the number of source pairs each s
 diagnostic ties counts as recovered only where transfer ties it too. Uncertainty of the transfer
 ordering itself: a paired bootstrap over each dataset's queries gives the probability of every
 pairwise ordering and of the full ordering; paired t-tests between sources per dataset are
-Holm-corrected.
+Holm-corrected. :func:`agreement_of_studies`: all of it for the blocks of each study.
 """
 
 from __future__ import annotations
@@ -16,13 +16,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 import scipy.stats
 
 from transferdx.resampling import bootstrap_stream, paired_draws
+
+if TYPE_CHECKING:
+    from transferdx.analysis.study import StudyData
 
 
 def ordering(values: Mapping[str, float], direction: int = 1) -> tuple[str, ...]:
@@ -207,3 +210,42 @@ def paired_tests(per_query: Mapping[str, Mapping[str, np.ndarray]], alpha: float
         reject, p_holm, *_ = multipletests(frame["p"], alpha=alpha, method="holm")
         frame["p_holm"], frame["significant"] = p_holm, reject
     return frame
+
+
+def present_blocks(blocks: Mapping[str, Sequence[str]], sources: Sequence[str]) -> dict[str, list[str]]:
+    """Each block's members that are among ``sources`` (block order, member order kept), for the
+    blocks left with at least two."""
+    kept = {name: [s for s in members if s in sources] for name, members in blocks.items()}
+    return {name: members for name, members in kept.items() if len(members) >= 2}
+
+
+def agreement_of_studies(
+    studies: Sequence[StudyData],
+    blocks: Mapping[str, Sequence[str]],
+    diagnostics: Mapping[str, int],
+    resamples: int = 1000,
+    seed: int = 0,
+    alpha: float = 0.05,
+) -> dict[str, Any]:
+    """Per (backbone, setting) block of each study (block ``<backbone>/<setting>``, its sources
+    present, at least two): :func:`rank_agreement` of every diagnostic the profile has,
+    :func:`blocks_recovered` k/n, :func:`transfer_ordering_uncertainty` and :func:`paired_tests`
+    (Holm at ``alpha``) of the per-query nDCG@10."""
+    tables, uncertainty, tests = [], {}, []
+    for study in studies:
+        present = present_blocks(blocks, list(study.transfer.index))
+        diags = {d: v for d, v in diagnostics.items() if d in study.profile.columns}
+        named = {f"{study.backbone}/{b}": m for b, m in present.items()}
+        tables.append(rank_agreement(study.profile, study.transfer, named, diags))
+        for block, members in named.items():
+            pq = {s: study.per_query[s] for s in members if s in study.per_query}
+            if len(pq) >= 2:
+                uncertainty[block] = transfer_ordering_uncertainty(pq, resamples, seed)
+                tests.append(paired_tests(pq, alpha).assign(block=block))
+    table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+    return {
+        "agreement": table,
+        "blocks_recovered": blocks_recovered(table) if len(table) else pd.DataFrame(),
+        "uncertainty": uncertainty,
+        "paired_tests": pd.concat(tests, ignore_index=True) if tests else pd.DataFrame(),
+    }

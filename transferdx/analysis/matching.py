@@ -5,19 +5,23 @@ Record-level ψ is binned into equal-width bins over the pooled range (several r
 repetition, every bin draws the same number of records from every source — the smallest count any
 source has there — without replacement, seeded; statistics are recomputed on the matched records.
 Balance is the largest pairwise standardized mean difference of ψ between sources,
-SMD = |m_a − m_b| / sqrt((s_a² + s_b²)/2), before and after matching.
+SMD = |m_a − m_b| / sqrt((s_a² + s_b²)/2), before and after matching. :func:`match_on_psi` does it
+for one frame of records; :func:`matching_of_studies` for every block of each study.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from itertools import combinations
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from transferdx.analysis.agreement import ordering
+from transferdx.analysis.agreement import ordering, present_blocks
+
+if TYPE_CHECKING:
+    from transferdx.analysis.study import StudyData
 
 
 def psi_bins(psi: np.ndarray, n_bins: int) -> np.ndarray:
@@ -56,7 +60,7 @@ def matched_sample(frame: pd.DataFrame, n_bins: int, rng: np.random.Generator) -
     return frame.iloc[sorted(keep)]
 
 
-def match(
+def match_on_psi(
     frame: pd.DataFrame,
     statistics: Mapping[str, int],
     transfer_order: Sequence[str],
@@ -106,3 +110,30 @@ def match(
                     }
                 )
     return {"matched": pd.DataFrame(rows), "balance": pd.DataFrame(balance)}
+
+
+def matching_of_studies(
+    studies: Sequence[StudyData],
+    blocks: Mapping[str, Sequence[str]],
+    statistics: Mapping[str, int],
+    resolutions: Sequence[int],
+    repetitions: int,
+    seed: int = 0,
+) -> dict[str, pd.DataFrame]:
+    """:func:`match_on_psi` per (backbone, setting) block of each study (its sources present, at
+    least two) against that block's transfer ordering; rows tagged ``backbone``, ``block`` and
+    ``transfer_order`` (sources joined by ``>``)."""
+    matched, balance = [], []
+    for study in studies:
+        for block, members in present_blocks(blocks, list(study.transfer.index)).items():
+            frame = study.records[study.records["source"].isin(members)]
+            stats = {s: d for s, d in statistics.items() if s in frame.columns}
+            order = ordering(study.transfer.loc[members, "ndcg@10"].to_dict())
+            out = match_on_psi(frame, stats, order, resolutions, repetitions, seed)
+            tag = {"backbone": study.backbone, "block": block, "transfer_order": ">".join(order)}
+            matched.append(out["matched"].assign(**tag))
+            balance.append(out["balance"].assign(**tag))
+    return {
+        "matched": pd.concat(matched, ignore_index=True) if matched else pd.DataFrame(),
+        "balance": pd.concat(balance, ignore_index=True) if balance else pd.DataFrame(),
+    }

@@ -7,7 +7,7 @@ interval through one *two-level bootstrap*: each resample draws the queries of e
 replacement (the same draw for every source: paired) and, per source, its seeds with replacement.
 A source's transfer T = mean over datasets of (mean over seeds of mean over queries), range [0, 1].
 
-- :func:`transfer_table`: T, seed-to-seed spread, query-only and query+seed intervals, Δ vs frozen.
+- :func:`transfer_estimates`: T, seed-to-seed spread, query-only and query+seed intervals, Δ vs frozen.
 - :func:`pairwise_differences`: T_a − T_b for every pair with its interval, a two-sided bootstrap
   p-value (Holm-corrected over all pairs) and whether every seed of one beats every seed of the
   other; *established* = both.
@@ -18,7 +18,9 @@ A source's transfer T = mean over datasets of (mean over seeds of mean over quer
 - :func:`dose_response` — (c): T and each diagnostic along the random-mix ladder.
 - :func:`minimum_detectable_difference`: per pair, the difference this design detects with 80%
   power, so a "not established" reads as "too small to see" or "absent".
-- :func:`dataset_table`: T on each benchmark set on its own.
+- :func:`transfer_by_dataset`: T on each benchmark set on its own.
+- :func:`validation_of_study`: all of it for one study (the random-mix ladder's doses:
+  :func:`ladder_doses`).
 """
 
 from __future__ import annotations
@@ -26,13 +28,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 import scipy.stats
 
 from transferdx.resampling import bootstrap_stream, paired_draws, percentile_bounds
+
+if TYPE_CHECKING:
+    from transferdx.analysis.study import StudyData
 
 FROZEN = "(frozen)"  # the untrained backbone's row in the transfer table
 Scores = Mapping[str, Mapping[str, Mapping[int, np.ndarray]]]  # source → dataset → seed → per query
@@ -145,7 +150,7 @@ def minimum_detectable_difference(diff: np.ndarray, alpha: float = 0.05, power: 
     return z * float(np.std(draws, ddof=1))
 
 
-def transfer_table(
+def transfer_estimates(
     scores: Scores,
     frozen: Mapping[str, np.ndarray] | None,
     kinds: Mapping[str, str],
@@ -202,7 +207,7 @@ def transfer_table(
     return pd.DataFrame(rows)
 
 
-def dataset_table(
+def transfer_by_dataset(
     scores: Scores,
     frozen: Mapping[str, np.ndarray] | None,
     kinds: Mapping[str, str],
@@ -210,13 +215,13 @@ def dataset_table(
     confidence: float = 0.95,
     seed: int = 0,
 ) -> pd.DataFrame:
-    """:func:`transfer_table` on each benchmark set on its own (column ``dataset``): a source's
+    """:func:`transfer_estimates` on each benchmark set on its own (column ``dataset``): a source's
     nDCG@10 there, with its two-level interval and Δ vs frozen."""
     frames = []
     for d in _datasets(scores):
         one = {s: {d: by[d]} for s, by in scores.items()}
         one_frozen = {d: frozen[d]} if frozen is not None and d in frozen else None
-        frame = transfer_table(one, one_frozen, kinds, resamples, confidence, seed)
+        frame = transfer_estimates(one, one_frozen, kinds, resamples, confidence, seed)
         frame.insert(0, "dataset", d)
         frames.append(frame)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -544,3 +549,59 @@ def dose_response(
                 trend.append({"measure": d, "n_rungs": int(ok.sum()), "spearman_dose": sp, "slope": slope})
     columns = ["measure", "n_rungs", "spearman_dose", "slope", "slope_ci_low", "slope_ci_high", "p_slope_negative"]
     return rungs, pd.DataFrame(trend).reindex(columns=columns)
+
+
+def ladder_doses(study: StudyData, ladder: Mapping[str, float]) -> dict[str, float]:
+    """The random-mix ladder present in a study: each trained rung with its dose, and the rungs'
+    parent source (from the build descriptors) at dose 0."""
+    trained = set(study.per_query_seeds)
+    doses = {s: float(d) for s, d in ladder.items() if s in trained}
+    descriptors = study.profile_json.get("descriptors", {})
+    parents = {descriptors.get(s, {}).get("parent_source") for s in doses if s.startswith("random_mix")}
+    for parent in sorted(p for p in parents if p):
+        if parent in trained:
+            doses.setdefault(parent, 0.0)
+    return doses
+
+
+def validation_of_study(
+    study: StudyData,
+    diagnostics: Mapping[str, int],
+    ladder: Mapping[str, float],
+    resamples: int = 10000,
+    confidence: float = 0.95,
+    alpha: float = 0.05,
+    seed: int = 0,
+) -> dict[str, pd.DataFrame]:
+    """Known-truth validation of one study from one two-level draw (:func:`resample`): transfer with
+    intervals (:func:`transfer_estimates`, per dataset :func:`transfer_by_dataset`), pairwise
+    differences, (a) :func:`flag_check` and :func:`missed_defects`, (b)
+    :func:`diagnostic_agreement`, (c) :func:`dose_response` along the ladder (:func:`ladder_doses`)."""
+    from transferdx.auditing.profiles import ABSOLUTE_FLAG_RULES, ALL_FLAG_RULES
+
+    scores = study.per_query_seeds
+    kinds = {s: str(study.kinds.get(s, "")) for s in scores}
+    frozen = study.frozen or None
+    boot = resample(scores, frozen, resamples, seed)  # one draw serves every statistic
+    transfer = transfer_estimates(scores, frozen, kinds, resamples, confidence, seed, boot)
+    pairs = pairwise_differences(scores, resamples, confidence, alpha, seed, boot)
+    profile = study.profile
+    absolute = [r.name for r in ABSOLUTE_FLAG_RULES if r.column in profile.columns]
+    rules = [r.name for r in ALL_FLAG_RULES if r.column in profile.columns] + absolute
+    flags = flag_check(profile, transfer, pairs, rules, absolute)
+    agreement = diagnostic_agreement(profile, boot, point(scores), kinds, diagnostics, confidence, seed)
+    by_dataset = transfer_by_dataset(scores, frozen, kinds, resamples, confidence, seed)
+    doses = ladder_doses(study, ladder)
+    named = [d for d in diagnostics if d != "n_flags"]
+    rungs, trend = dose_response(profile, transfer, boot, doses, named, confidence)
+    missed = pd.DataFrame({"source": missed_defects(profile, transfer, pairs)}, dtype=str)
+    return {
+        "transfer": transfer,
+        "by_dataset": by_dataset,
+        "pairs": pairs,
+        "flags": flags,
+        "missed": missed,
+        "agreement": agreement,
+        "ladder_rungs": rungs,
+        "ladder_trend": trend,
+    }

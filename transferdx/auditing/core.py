@@ -32,7 +32,7 @@ from transferdx.diagnostics.semantic import BANDS, BandCuts, buckets, in_batch_s
 from transferdx.diagnostics.suspicion import (
     SuspicionInputs,
     SuspicionSettings,
-    checked_reasons,
+    checkable_reasons,
     probabilities,
     record_counts,
     suspect_negatives,
@@ -115,7 +115,7 @@ def _descriptor_kinds(descriptors: Mapping[str, Mapping[str, Any]]) -> dict[str,
     }
 
 
-def audit(
+def audit_records(
     loaded: LoadResult,
     tokenizer: Tokenizer,
     *,
@@ -183,7 +183,7 @@ def audit(
     thresholds = flag_thresholds(profile.rows, flags.mode, flags.fixed)
     rows = apply_flags(profile.rows, thresholds)
     descriptors = describe(records, loaded, encoder, semantic if encoder else None, idf_corpus, seed)
-    suspicion = suspicion_settings(semantic.suspicion, scored)
+    suspicion = recorded_suspicion_settings(semantic.suspicion, scored)
     for desc in descriptors.values():
         desc["fn_suspicion"] = suspicion
     profile = dataclasses.replace(
@@ -201,11 +201,11 @@ def audit(
     return AuditResult(negatives, per_record, profile, tuple(loaded.exclusions), suspects, suspicion, evaluation)
 
 
-def suspicion_settings(s: SuspicionSettings, scored: bool) -> dict[str, Any]:
+def recorded_suspicion_settings(s: SuspicionSettings, scored: bool) -> dict[str, Any]:
     """What the §3.9 suspicion checked: the reasons, the score rule, and α and δ where an encoder
     scored (α only matters for ``rule=positive_aware``)."""
     return {
-        "reasons_checked": list(checked_reasons(scored, s.rule)),
+        "reasons_checked": list(checkable_reasons(scored, s.rule)),
         "rule": s.rule if scored else "not_measured",
         "alpha": s.alpha if scored else "not_measured",
         "delta": s.delta if scored else "not_measured",

@@ -30,7 +30,7 @@ from transferdx.diagnostics.suspicion import MIN_PROBABILITY
 from transferdx.inputs.records import Exclusion
 
 EXCLUSION_COLUMNS = [f.name for f in fields(Exclusion)]
-FILES = {
+AUDIT_FILES = {
     "profile_csv": "profile.csv",
     "profile_json": "profile.json",
     "records": "records.csv",
@@ -63,7 +63,7 @@ MARGIN_STATS = [  # quantiles of the record margins and the shares by sign, each
     ("margin_eq0", "margin_eq0", "margin_eq0"),
     ("margin_gt0", "margin_gt0", "margin_gt0"),
 ]
-SUSPICION_STATS = [  # §3.9 shares of negatives, each with its CI
+SUSPICION_REPORT_STATS = [  # §3.9 shares of negatives, each with its CI
     ("fn_suspect_rate", "fn_suspect_rate", "fn_suspect_rate"),
     ("duplicate_positive_rate", "duplicate_positive_rate", "duplicate_positive"),
     ("duplicate_negative_rate", "duplicate_negative_rate", "duplicate_negative"),
@@ -394,7 +394,7 @@ def _suspects_section(frame: pd.DataFrame, result: AuditResult) -> list[str]:
         " scored by the detector fitted on the other) and on copies and near-copies of a positive; the rest is"
         " for review.",
         "",
-        _markdown_table(_with_ci(frame, SUSPICION_STATS)),
+        _markdown_table(_with_ci(frame, SUSPICION_REPORT_STATS)),
         "",
     ]
     suspects = result.suspects
@@ -558,18 +558,25 @@ def plot_bands(result: AuditResult) -> bytes:
     return png_bytes(plt, fig)
 
 
+def profile_document(result: AuditResult) -> dict[str, Any]:
+    """What ``profile.json`` holds: the profile's settings, rows, thresholds, catch rate and
+    descriptors (and ``fn_evaluation`` when measured), strict JSON (NaN → None)."""
+    profile_dict = result.profile.to_dict()
+    if result.fn_evaluation:
+        profile_dict = {**profile_dict, "fn_evaluation": dict(result.fn_evaluation)}
+    safe: dict[str, Any] = _json_safe(profile_dict)
+    return safe
+
+
 def write_audit(result: AuditResult, out_dir: str | Path, settings: Mapping[str, Any]) -> dict[str, Path]:
     """Write every audit artifact into ``out_dir``; returns name → path."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {key: safe_join(out, name) for key, name in FILES.items()}
+    paths = {key: safe_join(out, name) for key, name in AUDIT_FILES.items()}
     profile = result.profile.to_frame()
     semantic = "rho_mean" in profile
     atomic_write_text(paths["profile_csv"], csv_text(profile))
-    profile_dict = result.profile.to_dict()
-    if result.fn_evaluation:
-        profile_dict = {**profile_dict, "fn_evaluation": dict(result.fn_evaluation)}
-    atomic_write_text(paths["profile_json"], canonical_json(_json_safe(profile_dict)))
+    atomic_write_text(paths["profile_json"], canonical_json(profile_document(result)))
     atomic_write_csv(paths["records"], result.records)  # streamed: millions of rows at MS MARCO scale
     atomic_write_csv(paths["negatives"], result.negatives)
     atomic_write_text(paths["exclusions"], csv_text(exclusions_frame(result.exclusions)))

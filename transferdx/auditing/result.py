@@ -14,10 +14,11 @@ from transferdx.auditing.core import AuditResult
 from transferdx.auditing.report import exclusions_frame, write_audit
 from transferdx.auditing.verdict import audit_facts, verdict_lines
 from transferdx.display import audit_markdown, audit_repr
-from transferdx.inputs.records import Record
+from transferdx.inputs.records import KINDS, Record
 from transferdx.inputs.texts import text_column
 
-KINDS = ("genuine", "control", "all")  # whose negatives/suspects: the user's own, the controls', every source's
+# whose negatives/suspects: the user's own (genuine), the controls', or every source's (all)
+KINDS_OR_ALL = (*KINDS, "all")
 
 
 @dataclass(frozen=True)
@@ -82,8 +83,8 @@ class Audit:
 
     def _of_kind(self, frame: pd.DataFrame, kind: str) -> np.ndarray:
         """Which rows of a per-negative ``frame`` (``source``, ``qid``) belong to a record of ``kind``."""
-        if kind not in KINDS:
-            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+        if kind not in KINDS_OR_ALL:
+            raise ValueError(f"kind must be one of {KINDS_OR_ALL}, got {kind!r}")
         if kind == "all":
             return np.ones(len(frame), dtype=bool)
         if "kind" in frame.columns:

@@ -1,8 +1,8 @@
 """The verdict: what an audit says about each source, in plain words (the top of report.md and the
 end of ``transferdx-audit``'s output). Pure: profile rows and per-source facts in, Markdown lines out.
 
-Each genuine source opens with a **bottom line**, one of :data:`ACTIONS` (the most severe advice
-that applies, :data:`ADVICE`): re-mine (an absolute flag says the negatives are mostly inverted,
+Each genuine source opens with a **bottom line**, one of :data:`BOTTOM_LINE_ACTIONS` (the most
+severe advice that applies, :data:`ADVICE`): re-mine (an absolute flag says the negatives are mostly inverted,
 or mostly another query's positive), clean (negatives copy a positive, are near-copies of one, or
 have ``fn_probability`` ≥ :data:`~transferdx.diagnostics.suspicion.MIN_PROBABILITY`, the
 high-precision part of the suspicion), review the listed suspects (the rest of the suspicion, whose
@@ -69,19 +69,20 @@ DIRECTIONS: dict[str, tuple[str, str, str]] = {
     ),
     "duplicate_positive_rate": ("copies of a positive", "more negatives repeat a positive's text", "0 is right"),
 }
+# the random-mix controls, mildest first (the verdict's ladder sentence and the paper's ladder figure)
 LADDER = ("random_mix_25", "random_mix_50", "random_mix_75", "random_mix_100")
-ACTIONS = ("re-mine", "clean", "review the listed suspects", "use as is")  # most severe first
-# a mining margin shows when the hardest negative of the file stops within EDGE below the
+BOTTOM_LINE_ACTIONS = ("re-mine", "clean", "review the listed suspects", "use as is")  # most severe first
+# a mining margin shows when the hardest negative of the file stops within MARGIN_EDGE below the
 # positive-aware bar α·s(q,p) (a random or easy file stops far below it)
-EDGE = 0.10
+MARGIN_EDGE = 0.10
 
 
 @dataclass(frozen=True)
 class MarginMining:
     """The negatives stop short of the positive-aware bar: every s(q,n) < α·s(q,p) (all s(q,p) > 0)
-    and the closest comes within :data:`EDGE` of it. ``relative`` = 1 − max s(q,n)/s(q,p) ∈ (1 − α,
-    EDGE + 1 − α] (what sentence-transformers' ``relative_margin`` guarantees), ``absolute`` = min
-    s(q,p) − s(q,n) > 0 (its ``absolute_margin``)."""
+    and the closest comes within :data:`MARGIN_EDGE` of it. ``relative`` = 1 − max s(q,n)/s(q,p)
+    ∈ (1 − α, MARGIN_EDGE + 1 − α] (what sentence-transformers' ``relative_margin`` guarantees),
+    ``absolute`` = min s(q,p) − s(q,n) > 0 (its ``absolute_margin``)."""
 
     relative: float
     absolute: float
@@ -96,7 +97,7 @@ def margin_mining(s_qp: np.ndarray, s_qn: np.ndarray, alpha: float = 0.95) -> Ma
         return None
     ratio = float((s_qn / s_qp).max())
     gap = float((s_qp - s_qn).min())
-    if gap <= 0 or not alpha - EDGE <= ratio < alpha:
+    if gap <= 0 or not alpha - MARGIN_EDGE <= ratio < alpha:
         return None
     return MarginMining(1.0 - ratio, gap, alpha)
 

@@ -33,7 +33,7 @@ from transferdx.inputs.records import Record
 from transferdx.inputs.texts import TextTable
 
 PROGRESS_MIN = 200_000  # show a progress bar when tokenising at least this many texts
-CHUNK = 50_000  # texts tokenised per block (bounds memory on large collections)
+TEXT_CHUNK = 50_000  # texts tokenised per block (bounds memory on large collections)
 ENTRY_BLOCK = 1 << 18  # (pair, query token) entries scored per block in residuality
 COVERAGE_BUCKET_CUT = 0.5
 """Failure bucket ``c_ge_05`` (DESIGN §3.2): coverage C = 1 − ψ ≥ 0.5, the negative covers at least
@@ -89,9 +89,9 @@ def _incidence(texts: Sequence[str], tokenizer: Tokenizer, vocab: Mapping[str, i
     vocabulary dict, and (text, token) pairs are deduplicated by sorting their keys.
     """
     blocks = []
-    chunks = range(0, len(texts), CHUNK)
+    chunks = range(0, len(texts), TEXT_CHUNK)
     for start in tqdm(chunks, desc=desc, unit="chunk", disable=len(texts) < PROGRESS_MIN, leave=False):
-        part = texts[start : start + CHUNK]
+        part = texts[start : start + TEXT_CHUNK]
         tokens, owner = token_stream(part, tokenizer)
         cols = np.fromiter(map(vocab.get, tokens, repeat(-1)), dtype=np.int64, count=len(tokens))
         blocks.append(_incidence_block(owner, cols, len(part), len(vocab)))
@@ -103,10 +103,10 @@ def query_incidence(query_texts: Sequence[str], tokenizer: Tokenizer) -> tuple[d
     queries' incidence on it, tokenising each text once (in chunks)."""
     vocab: dict[str, int] = {}
     blocks = []
-    chunks = range(0, len(query_texts), CHUNK)
+    chunks = range(0, len(query_texts), TEXT_CHUNK)
     quiet = len(query_texts) < PROGRESS_MIN
     for start in tqdm(chunks, desc="tokenise queries", unit="chunk", disable=quiet, leave=False):
-        part = query_texts[start : start + CHUNK]
+        part = query_texts[start : start + TEXT_CHUNK]
         tokens, owner = token_stream(part, tokenizer)
         for t in dict.fromkeys(tokens.tolist()):
             vocab.setdefault(t, len(vocab))

@@ -31,15 +31,16 @@ TOL = 1e-8
 BOOT_TOL = 1e-5  # a resample's π̂ (its percentiles are read to 3 decimals)
 MAX_ITER = 1000
 GRID = 256  # probability bins of the bootstrap (the point estimate is exact)
-EDGE = 1e-6  # priors and probabilities are kept in [EDGE, 1 − EDGE] so that r and s stay finite
+# priors and probabilities are kept in [PROBABILITY_EDGE, 1 − PROBABILITY_EDGE] so that r and s stay finite
+PROBABILITY_EDGE = 1e-6
 
 
 def adjust(p: np.ndarray, train_prior: float, prior: float | np.ndarray) -> np.ndarray:
     """p' = r·p / (r·p + s·(1 − p)) with r = π/π_t, s = (1 − π)/(1 − π_t), in [0, 1]; ``prior`` a
     scalar, or one π per row of a 2-D ``p`` (shape (B, 1) against (B, n)). p' = p when π = π_t."""
     p = np.clip(np.asarray(p, dtype=np.float64), 0.0, 1.0)
-    pi_t = float(np.clip(train_prior, EDGE, 1 - EDGE))
-    pi = np.clip(np.asarray(prior, dtype=np.float64), EDGE, 1 - EDGE)
+    pi_t = float(np.clip(train_prior, PROBABILITY_EDGE, 1 - PROBABILITY_EDGE))
+    pi = np.clip(np.asarray(prior, dtype=np.float64), PROBABILITY_EDGE, 1 - PROBABILITY_EDGE)
     r, s = pi / pi_t, (1.0 - pi) / (1.0 - pi_t)
     num = r * p
     den = num + s * (1.0 - p)
@@ -56,7 +57,7 @@ def _em(p: np.ndarray, weights: np.ndarray, train_prior: float, tol: float, max_
     within ``tol``: the limit EM's iteration approaches, reached in ⌈log2(1/tol)⌉ + 1 steps instead of
     EM's slow crawl near 0 or 1."""
     pc = np.clip(np.asarray(p, dtype=np.float64), 1e-12, 1 - 1e-12)
-    pi_t = float(np.clip(train_prior, EDGE, 1 - EDGE))
+    pi_t = float(np.clip(train_prior, PROBABILITY_EDGE, 1 - PROBABILITY_EDGE))
     lam = (pc / (1 - pc)) / (pi_t / (1 - pi_t))
     total = weights.sum(axis=1)
 

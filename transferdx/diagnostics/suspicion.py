@@ -251,7 +251,7 @@ def suspect_negatives(x: SuspicionInputs, settings: SuspicionSettings = Suspicio
     return frame
 
 
-def checked_reasons(encoder: bool, rule: str = "positive_aware") -> tuple[str, ...]:
+def checkable_reasons(encoder: bool, rule: str = "positive_aware") -> tuple[str, ...]:
     """The reasons an audit checks: with an encoder, all but the score rule not chosen; without
     one, the text reasons."""
     if not encoder:

@@ -1,12 +1,16 @@
 """Frozen encoders: model specs and loading, the on-disk embedding cache, exact top-k search.
 
-Five modules, one job each (none imports this package's ``__init__``):
+Six modules, one job each (none imports this package's ``__init__``):
 
 - :mod:`transferdx.embed.models` — :class:`EncoderSpec`, the registry of model sources
   (:data:`MODEL_SOURCES`), :func:`resolve_model` and :func:`load_sentence_transformer`.
-- :mod:`transferdx.embed.cache` — :class:`EmbeddingCache`: each text embedded once per (model id,
-  revision, prompt), in content-addressed, verified chunk files, with claims between runs sharing a
-  cache and healing of damaged chunks (:class:`CacheWarning`).
+- :mod:`transferdx.embed.encoder` — :class:`Encoder`: one spec's model on its runtime, loaded on
+  first use, with its prompts, its identity (:meth:`Encoder.scorer`), the optional multi-process
+  pool, and the float32 vectors of a list of texts (:func:`normalise` makes them unit length).
+- :mod:`transferdx.embed.cache` — :class:`EmbeddingCache`: storage only; each text embedded once per
+  (model id, revision, prompt) by the :class:`Encoder` it holds, in content-addressed, verified
+  chunk files, with claims between runs sharing a cache and healing of damaged chunks
+  (:class:`CacheWarning`).
 - :mod:`transferdx.embed.backends` — the encoder's runtime (:class:`Runtime`: torch fp32/bf16/fp16,
   OpenVINO fp32/bf16/int8), :func:`resolve_runtime` (``auto``: OpenVINO fp32 on a CPU when
   installed) and the cached OpenVINO export.
@@ -18,6 +22,7 @@ Five modules, one job each (none imports this package's ``__init__``):
 
 from transferdx.embed.backends import BackendUnavailable, Runtime, resolve_runtime
 from transferdx.embed.cache import CHUNK_NAME, CacheWarning, EmbeddingCache, chunk_digest, text_key
+from transferdx.embed.encoder import Encoder
 from transferdx.embed.models import (
     MODEL_SOURCES,
     ROLES,
@@ -38,6 +43,7 @@ __all__ = [
     "BackendUnavailable",
     "CacheWarning",
     "EmbeddingCache",
+    "Encoder",
     "EncoderSpec",
     "Runtime",
     "assemble_parts",

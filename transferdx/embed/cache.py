@@ -9,7 +9,8 @@ canonical units (the request's texts by length then hash, one model batch each),
 never depends on where a run was interrupted; a chunk is written every ``chunk_size`` texts or
 ``flush_seconds``, whichever comes first, so a killed run keeps most of its work. Runs sharing a
 cache claim each unit with an ``flock``-ed file before encoding it, so each text is encoded once;
-the kernel drops a killed run's claims.
+the kernel drops a killed run's claims. The vectors come from an :class:`Encoder`
+(:mod:`transferdx.embed.encoder`), which the cache holds and asks only for the texts it lacks.
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ from tqdm.auto import tqdm
 
 import transferdx.embed.backends as backends
 from transferdx.artifacts import atomic_write_bytes, atomic_write_text, canonical_json, content_hash
-from transferdx.embed.models import EncoderSpec, load_sentence_transformer, resolve_model
-from transferdx.embed.pool import EncodePool, encode_devices
+from transferdx.embed.encoder import Encoder, normalise
+from transferdx.embed.models import EncoderSpec
+from transferdx.embed.pool import EncodePool
 
 try:
     import fcntl
@@ -190,7 +192,8 @@ class EmbeddingCache:
 
     ``chunk_size``: at most this many texts per chunk file; ``flush_seconds``: a chunk is written at
     least this often while encoding, so a killed run loses little; ``claim_timeout``: how long a run
-    waits for texts another live run has claimed before encoding them itself."""
+    waits for texts another live run has claimed before encoding them itself. ``model_factory``: see
+    :class:`Encoder`."""
 
     def __init__(
         self,
@@ -204,19 +207,12 @@ class EmbeddingCache:
     ):
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be ≥ 1, got {chunk_size}")
-        self.spec = spec
         self.cache_dir = Path(cache_dir)
         self.chunk_size = chunk_size
         self.flush_seconds = flush_seconds
         self.claim_timeout = claim_timeout
         self.progress = progress
-        self._model_factory = model_factory or load_sentence_transformer
-        self._model: Any = None
-        self._context: backends.EncodeContext | None = None
-        self._pool: EncodePool | None = None
-        self._location, self.revision = resolve_model(spec, self.cache_dir)
-        known = model_factory is None and backends.folder_is_transformer(self._location)
-        self.runtime = self._resolve_runtime(spec, known)
+        self.encoder = Encoder(spec, self.cache_dir, model_factory)
         self.encoded_texts = 0  # texts encoded by this object (not served from disk)
         self.pooled_texts = 0  # of which encoded by the multi-process pool
         self._verified: dict[Path, tuple[tuple[int, int, int], np.ndarray]] = {}  # chunk → (stat, keys)
@@ -225,78 +221,69 @@ class EmbeddingCache:
     def from_model(
         cls, model: Any, cache_dir: str | Path, name: str | None = None, auto_runtime: bool = True, **kw: Any
     ) -> EmbeddingCache:
-        """Wrap an already-loaded ``SentenceTransformer``. Its cache identity is the sha256 of its
-        weights (every state-dict tensor, in key order), so a fine-tuned copy never reuses the
-        original's vectors. ``auto_runtime``: a transformer model may run on the faster CPU runtime
+        """Wrap an already-loaded ``SentenceTransformer`` (:meth:`Encoder.from_model`: its cache
+        identity is the sha256 of its weights, so a fine-tuned copy never reuses the original's
+        vectors). ``auto_runtime``: a transformer model may run on the faster CPU runtime
         (:func:`backends.resolve_runtime`); False keeps torch fp32."""
-        digest = hashlib.sha256()
-        for key, tensor in sorted(model.state_dict().items()):
-            digest.update(key.encode("utf-8"))
-            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-        revision = "weights:" + digest.hexdigest()[:16]
-        label = name or str(getattr(getattr(model, "model_card_data", None), "base_model", None) or "model")
-        spec = EncoderSpec(
-            name=label.replace("/", "__"),
-            model=f"memory:{revision}",
-            source="memory",
-            revision=revision,
-            max_seq_length=getattr(model, "max_seq_length", None),
-            device=str(getattr(model, "device", "cpu")),
-        )
-        cache = cls(spec, cache_dir, model_factory=lambda _location, _spec: model, **kw)
-        if auto_runtime and backends.is_transformer(model):  # ``auto`` may pick a faster runtime for a transformer
-            cache.runtime = cls._resolve_runtime(spec, True)
-        cache._model = model
+        encoder = Encoder.from_model(model, cache_dir, name, auto_runtime)
+        cache = cls(encoder.spec, cache_dir, model_factory=lambda _location, _spec: model, **kw)
+        cache.encoder = encoder
         return cache
 
-    @staticmethod
-    def _resolve_runtime(spec: EncoderSpec, known_model: bool) -> backends.Runtime:
-        """The spec's runtime. ``auto`` stays torch fp32 for a model that is not a transformer (a
-        static one) and for a model made by a caller's factory (nothing is known of it); otherwise
-        :func:`backends.runtime_of`."""
-        if not known_model or spec.source == "static":
-            spec = backends.torch_fp32(spec)
-        return backends.runtime_of(spec)
+    # -- the encoder ----------------------------------------------------------------------------
+    @property
+    def spec(self) -> EncoderSpec:
+        """The encoder's spec."""
+        return self.encoder.spec
+
+    @property
+    def revision(self) -> str:
+        """The encoder's model revision (part of every cache key)."""
+        return self.encoder.revision
+
+    @property
+    def runtime(self) -> backends.Runtime:
+        """The encoder's runtime (part of the cache key, except torch fp32)."""
+        return self.encoder.runtime
+
+    @property
+    def model(self) -> Any:
+        """The loaded model, with the runtime applied (an OpenVINO export is made or re-used here)."""
+        return self.encoder.model
+
+    @property
+    def _context(self) -> backends.EncodeContext | None:
+        """The runtime's encode context, once :attr:`model` was loaded (benchmarks time under it)."""
+        return self.encoder._context
 
     @property
     def models_dir(self) -> Path:
         """Where exported models are cached: ``$TRANSFERDX_MODEL_DIR``, else ``<cache_dir>/models``."""
-        return Path(os.environ.get("TRANSFERDX_MODEL_DIR") or self.cache_dir / "models")
+        return self.encoder.models_dir
+
+    def close(self) -> None:
+        """Stop the encoding processes, if any were started (a later encode starts them again)."""
+        self.encoder.close()
+
+    def __enter__(self) -> EmbeddingCache:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
 
     # -- identity -------------------------------------------------------------------------------
     def scorer(self) -> dict[str, Any]:
         """What identifies the embedding space: model id, revision, prompts, metric."""
-        return {
-            "encoder": self.spec.name,
-            "model": self.spec.model,
-            "revision": self.revision,
-            "query_prompt": self.spec.query_prompt,
-            "passage_prompt": self.spec.passage_prompt,
-            "max_seq_length": self.spec.max_seq_length,
-            "metric": "cosine",
-            "backend": self.runtime.backend,
-            "precision": self.runtime.precision,
-        }
+        return self.encoder.scorer()
 
     def folder(self, role: str) -> Path:
         """The role's chunk folder, keyed by model, revision, prompt, max length and (except torch
         fp32, whose key predates backends) the runtime, so vectors of different runtimes never mix."""
-        prompt = self.spec.prompt(role)
+        prompt = self.encoder.prompt(role)
         parts: list[Any] = [self.spec.model, self.revision, prompt, self.spec.max_seq_length]
         if not self.runtime.is_reference:
             parts += [self.runtime.backend, self.runtime.precision]
         return self.cache_dir / "embeddings" / content_hash(*parts)[:24]
-
-    # -- model ----------------------------------------------------------------------------------
-    @property
-    def model(self) -> Any:
-        """The loaded model, with the runtime applied (an OpenVINO export is made or re-used here)."""
-        if self._model is None:
-            self._model = self._model_factory(self._location, self.spec)
-        if self._context is None:
-            identity = f"{self.spec.model}@{self.revision}"
-            self._context = backends.prepare(self._model, self.runtime, identity, self.models_dir)
-        return self._model
 
     # -- storage --------------------------------------------------------------------------------
     @staticmethod
@@ -424,7 +411,7 @@ class EmbeddingCache:
     def embed(self, texts: Sequence[str], role: str) -> np.ndarray:
         """Unit-normalised embeddings (n × d, float32) of ``texts`` in order, encoding only the
         texts the cache does not hold yet."""
-        prompt = self.spec.prompt(role)
+        prompt = self.encoder.prompt(role)
         folder = self.folder(role)
         folder.mkdir(parents=True, exist_ok=True)
         meta = folder / "encoder.json"
@@ -441,7 +428,7 @@ class EmbeddingCache:
             self._fill(folder, first, index, prompt, role)
             vectors = self._gather(keys, index)
             if vectors is not None:
-                return _normalise(vectors)
+                return normalise(vectors)
         raise RuntimeError(f"embedding cache {folder}: chunks keep failing verification right after being written")
 
     def _units(self, first: dict[bytes, str]) -> list[list[bytes]]:
@@ -465,7 +452,7 @@ class EmbeddingCache:
             leave=False,
         )
         pending = _Pending(self, folder, index)
-        pool = self._encode_pool() if len(units) > 1 else None
+        pool = self.encoder.pool() if len(units) > 1 else None
         group = 4 * len(pool.devices) if pool is not None else 1  # units in flight per pool round trip
         try:
             deferred = []
@@ -478,10 +465,10 @@ class EmbeddingCache:
                     else:
                         claimed.append((unit, claim))
                 if pool is not None:
-                    bar.update(self._encode_pooled(folder, claimed, first, index, prompt, pending, pool))
+                    bar.update(self._fill_pooled(folder, claimed, first, index, prompt, pending, pool))
                     continue
                 for unit, claim in claimed:
-                    bar.update(self._encode_unit(folder, unit, first, index, prompt, claim, pending))
+                    bar.update(self._fill_unit(folder, unit, first, index, prompt, claim, pending))
             pending.flush()
             self._await(folder, deferred, first, index, prompt, pending, bar)
         except BaseException:
@@ -492,7 +479,7 @@ class EmbeddingCache:
             pending.release()
             bar.close()
 
-    def _encode_unit(
+    def _fill_unit(
         self,
         folder: Path,
         unit: list[bytes],
@@ -513,7 +500,7 @@ class EmbeddingCache:
                 return before
             if len(pending.keys) + len(todo) > self.chunk_size:
                 pending.flush()
-            vectors = self._encode([first[k] for k in todo], prompt)
+            vectors = self.encoder.encode([first[k] for k in todo], prompt)
         except BaseException:
             claim.release()
             raise
@@ -523,7 +510,7 @@ class EmbeddingCache:
             pending.flush()
         return before
 
-    def _encode_pooled(
+    def _fill_pooled(
         self,
         folder: Path,
         claimed: list[tuple[list[bytes], _Claim]],
@@ -535,7 +522,7 @@ class EmbeddingCache:
     ) -> int:
         """Encode claimed units through the multi-process pool: each full unit whose texts are all
         missing is one pool chunk (one model batch, as in one process); any other unit (the short
-        last one, one partly written by another run) is encoded here by :meth:`_encode_unit`.
+        last one, one partly written by another run) is encoded here by :meth:`_fill_unit`.
         Returns how many texts of the units were missing."""
         size = max(1, min(self.spec.batch_size, self.chunk_size))
         try:
@@ -550,7 +537,7 @@ class EmbeddingCache:
         pooled = {id(u): v for (u, _), v in zip(full, vectors, strict=True)}
         for unit, claim in claimed:
             if id(unit) not in pooled:
-                done += self._encode_unit(folder, unit, first, index, prompt, claim, pending)
+                done += self._fill_unit(folder, unit, first, index, prompt, claim, pending)
                 continue
             if len(pending.keys) + len(unit) > self.chunk_size:
                 pending.flush()
@@ -561,28 +548,6 @@ class EmbeddingCache:
             if pending.due():
                 pending.flush()
         return done
-
-    def _encode_pool(self) -> EncodePool | None:
-        """The started multi-process pool when the spec asks for several processes (kept until
-        :meth:`close`), else None."""
-        devices = encode_devices(self.spec)
-        if len(devices) < 2:
-            return None
-        if self._pool is None:
-            self._pool = EncodePool(self.model, devices)
-        return self._pool
-
-    def close(self) -> None:
-        """Stop the encoding processes, if any were started (a later encode starts them again)."""
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
-
-    def __enter__(self) -> EmbeddingCache:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.close()
 
     def _await(
         self,
@@ -616,7 +581,7 @@ class EmbeddingCache:
                             stacklevel=2,
                         )
                         claim = _Claim(path, None)
-                    self._encode_unit(folder, unit, first, index, prompt, claim, pending)
+                    self._fill_unit(folder, unit, first, index, prompt, claim, pending)
                     pending.flush()
                 bar.update(missing)
                 progress_at = time.monotonic()
@@ -651,24 +616,3 @@ class EmbeddingCache:
                 out = np.empty((len(keys), vectors.shape[1]), dtype=np.float32)
             out[dst] = vectors[src]
         return out if out is not None else np.zeros((0, 0), dtype=np.float32)
-
-    def _encode(self, texts: list[str], prompt: str) -> np.ndarray:
-        model = self.model
-        assert self._context is not None
-        with self._context():
-            vectors = model.encode(
-                texts,
-                prompt=prompt or None,
-                batch_size=self.spec.batch_size,
-                convert_to_numpy=True,
-                show_progress_bar=False,
-            )
-        return np.asarray(vectors, dtype=np.float32)
-
-
-def _normalise(vectors: np.ndarray) -> np.ndarray:
-    """e = f / ‖f‖ row-wise, in place (a zero vector stays zero): no second n × d copy."""
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    np.divide(vectors, norms, out=vectors, where=norms > 0)
-    vectors[~(norms[:, 0] > 0)] = 0.0  # zero (or non-finite) rows become zero
-    return vectors

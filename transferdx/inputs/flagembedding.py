@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from transferdx.inputs.reading import RecordBuilder, parse_slice, require_path
-from transferdx.inputs.records import LoadResult
-from transferdx.inputs.registry import Cleaning, Format, Rewritten, RowChange, Shape, kept_cells, register
+from transferdx.inputs.records import LoadResult, Plan, Table
+from transferdx.inputs.registry import Format, Shape, register
 from transferdx.inputs.rows import Row, RowReader, cell_list, cell_scores, cell_text, cell_texts
-from transferdx.inputs.tables import Plan, Table, read_table
+from transferdx.inputs.tables import read_table
+from transferdx.inputs.writing import Cleaning, Rewritten, RowChange, kept_cells, rows_with_queries
 
 
 def _plan(columns: Sequence[str]) -> Plan:
@@ -91,14 +92,12 @@ def _write(table: Table, plan: Plan, cleaning: Cleaning, source: str | None) -> 
     other kept negatives, or the next query's (``refilled`` / ``borrowed``)."""
     out: list[dict[str, Any]] = []
     changes: list[RowChange] = []
-    skipped = 0
     text_cells = table.cells_are_text
     moved_done: set[tuple[str, str]] = set()
-    for line, row in zip(table.lines, table.rows, strict=True):
-        query = cleaning.by_query.get((str(source), str(row.get("query"))))
-        if line in cleaning.skip_lines or query is None:
-            skipped += 1  # excluded on reading: in the exclusion log
-            continue
+    shaped, skipped = rows_with_queries(
+        table, cleaning, lambda r: cleaning.by_query.get((str(source), str(r.get("query"))))
+    )
+    for line, row, query in shaped:
         neg = cell_texts(row, "neg", text_cells)
         keep = kept_cells(neg, query.record.negatives)
         n_lost = keep.count(False)

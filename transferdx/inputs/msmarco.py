@@ -19,37 +19,43 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from transferdx.artifacts import file_hash
 from transferdx.inputs.reading import (
     FieldProblem,
     RecordBuilder,
+    artifact_name,
     check_unicode,
     input_descriptor,
-    iter_jsonl,
-    parse_json_line,
     parse_slice,
-    read_id_text_tsv,
     require_path,
 )
-from transferdx.inputs.records import LoadResult, Passage, text_id
-from transferdx.inputs.registry import Format, register
-from transferdx.inputs.tables import iter_tab_lines, negative_columns
+from transferdx.inputs.records import LoadResult, Passage, Plan, Table, text_id
+from transferdx.inputs.registry import Format, keep, register
+from transferdx.inputs.sentence_transformers import keep_rows, write_slots
+from transferdx.inputs.tables import negative_columns
+from transferdx.inputs.textforms import is_gzip, iter_jsonl, iter_tab_lines, parse_json_line, read_id_text_tsv
+from transferdx.inputs.writing import Cleaning, Rewritten, RowChange
 
 # ---------------------------------------------------------------------------------------------
 # Text triples
 # ---------------------------------------------------------------------------------------------
 
 
+def _is_json_lines(path: Path) -> bool:
+    return path.suffix in (".jsonl", ".json") or path.name.lower().endswith((".jsonl.gz", ".json.gz"))
+
+
 def _rows(
-    path: Path, builder: RecordBuilder, header: bool | None, fields: int | None
+    path: Path, builder: RecordBuilder, header: bool | None, fields: int | None, header_at: list[int]
 ) -> Iterator[tuple[int, dict | None]]:
     """(line, {query, positive, negative_1.., [qid]}) from tab-separated lines
-    (:func:`~transferdx.inputs.tables.iter_tab_lines`) or, for a ``.jsonl``/``.json`` name, JSON
+    (:func:`~transferdx.inputs.textforms.iter_tab_lines`) or, for a ``.jsonl``/``.json`` name, JSON
     lines; (line, None) for a line that failed (already logged under ``skip``)."""
-    if path.suffix in (".jsonl", ".json") or path.name.lower().endswith((".jsonl.gz", ".json.gz")):
+    if _is_json_lines(path):
         for lineno, line in iter_jsonl(path, builder):
             yield lineno, parse_json_line(builder, lineno, line)
         return
-    yield from iter_tab_lines(path, builder, header, fields)
+    yield from iter_tab_lines(path, builder, header, fields, header_at)
 
 
 def load_msmarco_triples(
@@ -61,20 +67,27 @@ def load_msmarco_triples(
     method: str | None = None,
     kind: str = "genuine",
     fields: int | None = 3,
+    keep_tables: bool = False,
     **_: Any,
 ) -> LoadResult:
     """MS MARCO ``query<TAB>positive<TAB>negative`` text triples (see the module docstring); with
-    ``group_by_query=False`` each line is a record of its own."""
+    ``group_by_query=False`` each line is a record of its own. ``keep_tables``: keep the lines read
+    (as an n-tuple table) for the clean verb, which writes them back in their own form."""
     path = require_path(path)
     builder = RecordBuilder(path, on_error, note_duplicates=True)
     groups: dict[str, dict[str, Any]] = {}
     first_line: dict[tuple[str, ...], int] = {}
     n_read = excluded = 0
-    for lineno, obj in _rows(path, builder, header, fields):
+    rows: list[dict[str, Any]] = []
+    lines: list[int] = []
+    header_at: list[int] = []
+    for lineno, obj in _rows(path, builder, header, fields, header_at):
         n_read += 1
         if obj is None:
             excluded += 1
             continue
+        rows.append(obj)
+        lines.append(lineno)
         try:
             query = builder.text_field(obj, "query")
             positive = builder.text_field(obj, "positive")
@@ -142,6 +155,15 @@ def load_msmarco_triples(
         reference_positive="the row's positive" + (" (first row of the query)" if group_by_query else ""),
         lines={"read": n_read, "in_records": in_records, "excluded": excluded, "records": len(builder.result.records)},
     )
+    if keep_tables:
+        columns = max((list(r) for r in rows), key=len, default=["query", "positive", "negative_1"])
+        table = Table(
+            str(path), "tsv", columns, rows, lines, True, file_hash(path), builder.unreadable, bool(header_at)
+        )
+        if _is_json_lines(path):
+            table.form, table.cells_are_text = "jsonl", False
+        plan = {"anchor": "query", "scores": False, "qid": "qid" in columns}
+        keep_rows(builder.result, table, path, source, plan, write_slots(negative_columns), group_by_query)
     return builder.result
 
 
@@ -159,12 +181,15 @@ def load_st_hard_negatives(
     k: int | None = 8,
     slice_spec: str | Sequence[str] | None = None,
     kind: str = "genuine",
+    keep_tables: bool = False,
     **_: Any,
 ) -> LoadResult:
     """``{"qid", "pos": [pid, ...], "neg": {system: [pid, ...]}}`` lines; one source per system.
 
     Texts come from the collection TSV (``pid<TAB>text``) and queries TSV (``qid<TAB>query``).
     Negatives that are also listed as positives are removed before slicing (counted).
+    ``keep_tables``: keep the lines for the clean verb, which writes the id file back (the
+    collection and queries files are the user's, unchanged: the copy names the same ids).
     """
     path = require_path(path)
     passages = read_id_text_tsv(collection, what="text")
@@ -172,10 +197,14 @@ def load_st_hard_negatives(
     window = parse_slice(slice_spec, k)
     builder = RecordBuilder(path, on_error, note_duplicates=True)
     wanted = None if systems is None else set(systems)
+    rows: list[dict[str, Any]] = []
+    lines: list[int] = []
     for lineno, line in iter_jsonl(path, builder):
         obj = parse_json_line(builder, lineno, line)
         if obj is None:
             continue
+        rows.append(obj)
+        lines.append(lineno)
         try:
             qid = builder.id_field(obj, "qid")
             if qid not in query_text:
@@ -220,7 +249,47 @@ def load_st_hard_negatives(
                 source=system,
                 kind=kind,
             )
+    if keep_tables:
+        table = Table(str(path), "jsonl", ["qid", "pos", "neg"], rows, lines, sha256=file_hash(path))
+        table.n_unreadable = builder.unreadable
+        storage = "jsonl.gz" if is_gzip(path) else "jsonl"
+        keep(builder.result, table, None, storage, path.name, artifact_name(path), path, plan={}, write=_write_ids)
     return builder.result
+
+
+def _write_ids(table: Table, plan: Plan, cleaning: Cleaning, source: str | None) -> Rewritten:
+    """Each line with every system's list less the ids cleaning removed from that system's record
+    (the candidates after the audited window stay, so a re-read takes the next ones); an id
+    relabeled as a positive joins ``pos`` (a re-read then excludes it from the negatives, counted)."""
+    out: list[dict[str, Any]] = []
+    changes: list[RowChange] = []
+    skipped = 0
+    for line, row in zip(table.lines, table.rows, strict=True):
+        if line in cleaning.skip_lines or not isinstance(row.get("neg"), dict):
+            skipped += 1  # excluded on reading: in the exclusion log
+            continue
+        qid = str(row.get("qid"))
+        pos = [str(p) for p in row.get("pos", [])]
+        new_neg: dict[str, Any] = {}
+        added: list[Any] = []
+        for system, ids in row["neg"].items():
+            query = cleaning.by_qid.get((str(system), qid))
+            if query is None:
+                new_neg[system] = ids
+                continue
+            moved = {p.id for p in query.added}
+            gone = cleaning.dropped.get((str(system), qid), frozenset())
+            new_neg[system] = [p for p in ids if str(p) not in gone]
+            added += [p for p in ids if str(p) in moved and p not in added and str(p) not in pos]
+            n_lost = len(ids) - len(new_neg[system])
+            if n_lost:
+                change = "relabeled" if gone & moved else "trimmed"
+                changes.append(RowChange(line, qid, change, n_lost, str(system)))
+        if new_neg == row["neg"] and not added:
+            out.append(dict(row))
+            continue
+        out.append(dict(row) | {"pos": list(row.get("pos", [])) + added, "neg": new_neg})
+    return Rewritten(list(table.columns), out, changes, skipped)
 
 
 def _id_list(obj: dict, key: str, prefix: str = "") -> list[str]:

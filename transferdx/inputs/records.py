@@ -4,16 +4,19 @@ A :class:`Record` is one training query with its reference positive(s) and the n
 source; a :class:`LoadResult` holds the records of one or more inputs with the exclusion log (every
 input item left out, :class:`Exclusion`), a descriptor per source and the measured false negatives;
 a :class:`QuerySet` is what miners build sources from (queries, positives, a pool; no negatives).
-Bad input is an :class:`InputError` naming file, line and field. This module holds only the types
-and the rules that name things; reading lives in :mod:`transferdx.inputs.reading` and the format
-families (one module each, behind :mod:`transferdx.inputs.registry`).
+Bad input is an :class:`InputError` naming file, line and field. A :class:`Table` is an input's
+rows as read (each with the line errors cite), a :class:`KeptTable` one kept for the clean verb.
+This module holds only the types and the rules that name things; reading lives in
+:mod:`transferdx.inputs.reading` (validation), :mod:`~transferdx.inputs.textforms` and
+:mod:`~transferdx.inputs.tables` (the saved forms) and the format families (one module each,
+behind :mod:`transferdx.inputs.registry`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -171,12 +174,18 @@ class LoadResult:
     false_negatives: dict[str, list[tuple[str, int, int]]] = field(default_factory=dict)
     # the grade from which a judged passage counts as relevant, where the input has graded judgments
     relevant_grade: int | None = None
+    # with load(..., keep_tables=True): each table as its reader read it (inputs.tables.KeptTable),
+    # so the clean verb writes the input back without reading it again; and why a part cannot be
+    tables: list[Any] = field(default_factory=list, repr=False, compare=False)
+    unwritable: list[str] = field(default_factory=list, repr=False, compare=False)
 
     def extend(self, other: LoadResult) -> LoadResult:
         if self.relevant_grade is None:
             self.relevant_grade = other.relevant_grade
         self.records.extend(other.records)
         self.exclusions.extend(other.exclusions)
+        self.tables.extend(other.tables)
+        self.unwritable.extend(other.unwritable)
         for source, rows in other.false_negatives.items():
             self.false_negatives.setdefault(source, []).extend(rows)
         for source, desc in other.descriptors.items():
@@ -227,3 +236,58 @@ def sample_queries(loaded: LoadResult, fraction: float, seed: int = 0) -> tuple[
         loaded.relevant_grade,
     )
     return sample, len(loaded.records) - len(records)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables: an input's rows as read
+# ---------------------------------------------------------------------------------------------
+
+ANCHORS = ("anchor", "query", "question")  # the query column's names, in the order they are tried
+
+# what a format's detector read off a table's columns (which column is the anchor, are there scores)
+Plan = dict[str, Any]
+
+
+@dataclass
+class Table:
+    """Rows of one input (Python values), each with the line (or row) number errors cite."""
+
+    file: str
+    form: str
+    columns: list[str]
+    rows: Sequence[Mapping[str, Any]]
+    lines: list[int]
+    cells_are_text: bool = False  # CSV/TSV: list cells arrive as their printed form
+    sha256: str | None = None
+    n_unreadable: int = 0  # rows that could not be parsed at all (counted exclusions under skip)
+    header: bool = True  # tab-separated lines: whether the file named its columns on a first line
+
+
+# a table stored as tab-separated lines without quoting (MS MARCO triples, n-tuple TSV lines),
+# without or with a first line naming the columns
+LINES_FORM = "tsv_lines"
+
+
+LINES_HEADER_FORM = "tsv_lines_header"
+
+
+@dataclass(frozen=True)
+class KeptTable:
+    """One table as its reader read it, kept so that the clean verb writes it back without reading
+    the input again: the ``table`` (rows, lines), the ``write`` of its format with the ``plan`` its
+    detector made, the ``source`` its rows' records belong to (row shapes), where it came from
+    (``path``: the file; None for a table in memory) and how it was stored (``storage``:
+    :func:`storage_form`, or ``DataFrame`` / ``Dataset`` in memory; ``split`` of a ``DatasetDict``);
+    ``name``: the copy's file name under ``cleaned/``; ``label``: the file as the exclusion log
+    names it."""
+
+    table: Table
+    write: Callable[..., Any]  # (table, plan, Cleaning, source) → Rewritten (inputs.writing)
+    plan: Plan
+    source: str | None
+    storage: str
+    name: str
+    label: str
+    path: Path | None = None
+    split: str | None = None
+    companions: Mapping[str, bytes] = field(default_factory=dict)  # files written beside it, as read

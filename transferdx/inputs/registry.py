@@ -8,16 +8,16 @@ can do: ``read`` (records from a path: ``format=<name>``), ``shape`` (recognised
 columns), ``claims`` (a file or folder it reads whole, before any table is read), ``query_set``
 (queries, positives and a pool to build sources from) with ``recognises`` (a folder it is), and
 ``corpus`` (passage texts for an external IDF corpus), ``write`` (a table's rows after cleaning, in
-its own shape: :func:`rewrite`). ``names`` are words that stand for the input
+its own shape: :func:`~transferdx.inputs.writing.rewrite`). ``names`` are words that stand for the input
 when given instead of a path (``"demo"``). Register, don't branch: an unknown name is a
 ``ValueError`` listing the valid ones. Importing :mod:`transferdx.inputs` registers the families
 in the order below, which is also the order in which detectors are tried (the first accepts).
 
-:func:`load` chooses for records: a ``LoadResult`` as is; a ``pandas.DataFrame`` or a
+:func:`read` chooses for records: a ``LoadResult`` as is; a ``pandas.DataFrame`` or a
 ``datasets.Dataset`` / ``DatasetDict`` (``split=``, default ``train``) by its columns
 (:func:`load_table`); a list of records as they are; a registered name (``"demo"``); a path by its
 form and shape (:func:`load_path`); and with ``format=`` the reader registered under that name.
-:func:`load_query_set` chooses for query sets; :func:`read_corpus` for external IDF corpora.
+:func:`read_query_set` chooses for query sets; :func:`read_corpus` for external IDF corpora.
 
 A path (:func:`load_path`) is a file or a folder in JSONL, JSON, CSV, TSV, Parquet, Arrow, a
 ``datasets`` ``save_to_disk`` folder, or a ``.gz`` of the text forms
@@ -29,26 +29,26 @@ source per recognised file, with its ``descriptors.json`` / ``false_negatives.js
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from transferdx.inputs.reading import RecordBuilder, read_sidecars
-from transferdx.inputs.records import InputError, LoadResult, Passage, QuerySet, Record
+from transferdx.inputs.reading import RecordBuilder, artifact_name
+from transferdx.inputs.records import InputError, KeptTable, LoadResult, Plan, QuerySet, Record, Table
 from transferdx.inputs.tables import (
-    Plan,
-    Table,
     dataset_table,
     folder_members,
     frame_table,
     is_saved_dataset,
     pick_split,
+    read_sidecars,
     read_table,
     recognised_suffixes,
     source_stem,
+    storage_form,
 )
 
 
@@ -130,23 +130,26 @@ def _is_table(data: Any) -> bool:
     return isinstance(data, pd.DataFrame) or (hasattr(data, "column_names") and hasattr(data, "map"))
 
 
-def load(
+def read(
     data: Any = None,
     *,
     format: str | None = None,
     source: str | None = None,
     on_error: str = "raise",
+    keep_tables: bool = False,
     **options: Any,
 ) -> LoadResult:
     """Records to audit (see the module docstring for how ``data`` is chosen). ``format`` names a
     registered reader (``records``, ``ntuple``, ``msmarco_triples``, ``flagembedding``,
     ``st_hard_negatives``, ``trec_dl``, ``demo``); the reader gets ``data`` as its path (or
     ``path=``/``root=`` among ``options``, as a config gives them), ``source`` when given, and the
-    options. ``on_error``: ``raise`` | ``skip`` (exclude and count)."""
+    options. ``on_error``: ``raise`` | ``skip`` (exclude and count). ``keep_tables``: the readers
+    that can write their input back keep what they read on ``result.tables``
+    (:class:`~transferdx.inputs.tables.KeptTable`), for the clean verb."""
     if isinstance(data, LoadResult):
         return data
     if _is_table(data):
-        return load_table(data, on_error=on_error, source=source, split=options.get("split"))
+        return load_table(data, on_error=on_error, source=source, split=options.get("split"), keep_tables=keep_tables)
     if isinstance(data, list | tuple) and all(isinstance(r, Record) for r in data):
         return LoadResult(list(data))
     if format is None:
@@ -154,10 +157,14 @@ def load(
             raise ValueError("load needs a path, a table, records, a registered name, or format=")
         named = _named(data, "read")
         if named is None:
-            return load_path(data, on_error=on_error, source=source, split=options.get("split"))
+            return load_path(
+                data, on_error=on_error, source=source, split=options.get("split"), keep_tables=keep_tables
+            )
         format = named.name
     read = _reader(format, "read")
-    extra = {"source": source} if source else {}
+    extra: dict[str, Any] = {"source": source} if source else {}
+    if keep_tables:
+        extra["keep_tables"] = True
     located = () if data is None else (data,)
     return read(*located, on_error=on_error, **extra, **options)
 
@@ -171,7 +178,11 @@ def _claimant(path: Path) -> Callable[..., LoadResult] | None:
 
 
 def load_path(
-    path: str | Path, on_error: str = "raise", source: str | None = None, split: str | None = None
+    path: str | Path,
+    on_error: str = "raise",
+    source: str | None = None,
+    split: str | None = None,
+    keep_tables: bool = False,
 ) -> LoadResult:
     """A file or folder in any recognised form and shape (see the module docstring); a folder gives
     one source per recognised file (a ``save_to_disk`` folder is one source named after it)."""
@@ -179,7 +190,7 @@ def load_path(
     if not path.exists():
         raise InputError(path, None, "<path>", "no such file or folder")
     if path.is_file() or is_saved_dataset(path):
-        return _load_file(path, on_error, source, split)
+        return _load_file(path, on_error, source, split, keep_tables=keep_tables)
     members = folder_members(path)
     if not members:
         raise InputError(
@@ -190,11 +201,11 @@ def load_path(
         )
     whole = _claimant(path)
     if whole is not None:
-        return whole(path, on_error=on_error, source=source)
+        return whole(path, on_error=on_error, source=source, keep_tables=keep_tables)
     result = LoadResult()
     seen: set[tuple[str, str]] = set()
     for member in members:
-        result.extend(_load_file(member, on_error, source, split, seen))
+        result.extend(_load_file(member, on_error, source, split, seen, keep_tables))
     read_sidecars(path, result)
     return result
 
@@ -205,27 +216,70 @@ def _load_file(
     source: str | None = None,
     split: str | None = None,
     seen: set[tuple[str, str]] | None = None,
+    keep_tables: bool = False,
 ) -> LoadResult:
     """One file (or ``save_to_disk`` folder) in any recognised form and shape."""
     whole = _claimant(path)
     if whole is not None:
-        return whole(path, on_error=on_error, source=source)
+        return whole(path, on_error=on_error, source=source, keep_tables=keep_tables)
     builder = RecordBuilder(path, on_error, seen, note_duplicates=True)
     table = read_table(path, builder, split)
-    return read_shaped(table, builder, source or source_stem(path))
+    name = source or source_stem(path)
+    result = read_shaped(table, builder, name)
+    if keep_tables:
+        keep(result, table, name, storage_form(path), path.name, artifact_name(path), path, split)
+    return result
 
 
-def load_table(data: Any, on_error: str = "raise", source: str | None = None, split: str | None = None) -> LoadResult:
+def keep(
+    result: LoadResult,
+    table: Table,
+    source: str | None,
+    storage: str | None,
+    name: str,
+    label: str,
+    path: Path | None = None,
+    split: str | None = None,
+    plan: Plan | None = None,
+    write: Callable[..., Any] | None = None,
+) -> None:
+    """Keep ``table`` on ``result.tables`` with the writer of the format its columns are read as
+    (or ``write``/``plan`` given by a reader chosen by name); nothing is kept when that format has no
+    writer or the storage form is unknown (the clean verb then writes records JSONL and says why)."""
+    if write is None:
+        found = detect_shape(table.columns)
+        fmt = None if found is None else next(f for f in FORMATS.values() if f.shape is found[0])
+        if fmt is None or fmt.write is None or found is None:
+            result.unwritable.append(f"{name} (columns {table.columns}) has no writer")
+            return
+        write, plan = fmt.write, found[1]
+    if storage is None:
+        result.unwritable.append(f"{name} has no recognised form")
+        return
+    result.tables.append(KeptTable(table, write, plan or {}, source, storage, name, label, path, split))
+
+
+def load_table(
+    data: Any, on_error: str = "raise", source: str | None = None, split: str | None = None, keep_tables: bool = False
+) -> LoadResult:
     """A ``pandas.DataFrame`` or a ``datasets.Dataset`` / ``DatasetDict`` in any recognised shape.
     Records-shaped rows take ``source`` as their default source; other shapes name the source
     ``source`` (default ``dataframe`` / ``dataset``)."""
     if hasattr(data, "to_dict") and hasattr(data, "columns"):  # pandas.DataFrame
-        table, default = frame_table(data), "dataframe"
+        table, default, storage = frame_table(data), "dataframe", "DataFrame"
     else:
+        if keep_tables and isinstance(getattr(data, "column_names", None), dict):
+            whole = LoadResult()
+            whole.unwritable.append("a DatasetDict in memory is written as records JSONL (pass its split)")
+            return whole.extend(load_table(data, on_error, source, split))
         data = pick_split(data, "<DatasetDict>", split)
-        table, default = dataset_table(data, "<Dataset>", "Dataset"), "dataset"
+        table, default, storage = dataset_table(data, "<Dataset>", "Dataset"), "dataset", "Dataset"
     builder = RecordBuilder(table.file, on_error, note_duplicates=True)
-    return read_shaped(table, builder, source, default)
+    result = read_shaped(table, builder, source, default)
+    if keep_tables:
+        name = source or default
+        keep(result, table, name, storage, f"{name}.parquet" if storage == "DataFrame" else name, table.file)
+    return result
 
 
 def detect_shape(columns: Sequence[str]) -> tuple[Shape, Plan] | None:
@@ -265,7 +319,7 @@ def read_shaped(table: Table, builder: RecordBuilder, source: str | None, defaul
 # ---------------------------------------------------------------------------------------------
 
 
-def load_query_set(data: str | Path = "demo", *, format: str | None = None, **options: Any) -> QuerySet:
+def read_query_set(data: str | Path = "demo", *, format: str | None = None, **options: Any) -> QuerySet:
     """Queries, their positives and a passage pool to build sources from: ``"demo"``, a BEIR folder
     (``format="beir"``, ``split=`` train/test) or a TREC-DL folder (``format="trec_dl_pool"``,
     ``relevant_grade=2``). Without ``format`` the folder's contents decide."""
@@ -286,134 +340,3 @@ def read_corpus(format: str, path: str | Path) -> list[str]:
     """The passage texts of an external IDF corpus (``beir``, ``tsv``, ``records``)."""
     texts: list[str] = _reader(format, "corpus")(str(path))
     return texts
-
-
-# ---------------------------------------------------------------------------------------------
-# Writers: a cleaned copy in the input's own shape (each family's ``write``)
-# ---------------------------------------------------------------------------------------------
-
-BORROWED_RELATION = "borrowed_negative"  # a negative lent by the next query (a query left with none)
-
-
-@dataclass(frozen=True)
-class CleanedQuery:
-    """One record after cleaning, as the writers need it: ``record`` (its positives, relabeled ones
-    after p0, and the negatives kept), ``added`` (the negatives relabeled as positives) and
-    ``borrowed`` (when no negative is left: the kept negatives of the next query of the source, in
-    file order, marked :data:`BORROWED_RELATION`; empty when no query of the source keeps one)."""
-
-    record: Record
-    added: tuple[Passage, ...] = ()
-    borrowed: tuple[Passage, ...] = ()
-
-    @property
-    def fill(self) -> tuple[Passage, ...]:
-        """What a negative slot is filled from: the kept negatives, else the borrowed ones."""
-        return self.record.negatives or self.borrowed
-
-
-@dataclass(frozen=True)
-class Cleaning:
-    """The cleaned queries of one input, looked up the way each family's rows name them:
-    ``by_qid[(source, qid)]`` (records rows) and ``by_query[(source, query text)]`` (row shapes);
-    ``skip_lines``: the table lines the reader excluded (never written: already in the exclusion log)."""
-
-    by_qid: Mapping[tuple[str, str], CleanedQuery]
-    by_query: Mapping[tuple[str, str], CleanedQuery]
-    skip_lines: frozenset[int] = frozenset()
-
-
-@dataclass(frozen=True)
-class RowChange:
-    """A row the cleaning changed: its table line (None for an added row), qid, ``change``
-    (:data:`ROW_CHANGES`) and the negatives it lost."""
-
-    line: int | None
-    qid: str
-    change: str
-    n_lost: int = 0
-    detail: str = ""
-
-
-# refilled: lost negatives, slots refilled from the query's other kept negatives; repeated: too few
-# kept negatives, the row's own repeated; borrowed: the query kept none, slots hold the next query's;
-# dropped: row left out (its pair keeps other rows, or a removed negative's labeled row);
-# relabeled: a negative became a positive in the row; added: a new row for a relabeled positive;
-# trimmed: lost negatives where the format takes any number (a list); unwritable: no negative anywhere
-ROW_CHANGES = ("refilled", "repeated", "borrowed", "dropped", "relabeled", "added", "trimmed", "unwritable")
-
-
-@dataclass(frozen=True)
-class Rewritten:
-    """A table's rows after cleaning (the input's columns, in order) and what changed."""
-
-    columns: list[str]
-    rows: list[dict[str, Any]]
-    changes: list[RowChange]
-    skipped: int = 0  # rows not written because the reader excluded them (in the exclusion log)
-
-
-def kept_cells(texts: Sequence[str], kept: Sequence[Passage]) -> list[bool]:
-    """Which of a row's negative cells stay: a cell stays while the cleaned record still holds its
-    text (a text repeated within the row at most as often as the record holds it)."""
-    allowed: dict[str, int] = {}
-    for n in kept:
-        allowed[n.text] = allowed.get(n.text, 0) + 1
-    used: dict[str, int] = {}
-    out = []
-    for t in texts:
-        used[t] = used.get(t, 0) + 1
-        out.append(used[t] <= allowed.get(t, 0))
-    return out
-
-
-def fill_slots(kept: Sequence[Passage], k: int, query: CleanedQuery) -> tuple[list[Passage], str]:
-    """``k`` negatives for a row that kept ``kept``: refilled, in order, from the query's kept
-    negatives not in the row; then the row's own repeated cyclically; a row with none left and a
-    query with none takes the borrowed ones (repeated when fewer). Returns the slots and the change
-    (``""`` when nothing was missing, else ``refilled`` / ``repeated`` / ``borrowed`` /
-    ``unwritable`` when there is nothing to fill from)."""
-    if len(kept) >= k:
-        return list(kept[:k]), ""
-    slots = list(kept)
-    change = "refilled"
-    if not query.record.negatives:
-        if not query.borrowed:
-            return [], "unwritable"
-        slots, change = [], "borrowed"
-    have = {p.text for p in slots}
-    for p in query.fill:
-        if len(slots) == k:
-            break
-        if p.text not in have:
-            slots.append(p)
-            have.add(p.text)
-    pool = list(slots)
-    i = 0
-    while len(slots) < k:
-        slots.append(pool[i % len(pool)])
-        i += 1
-        change = "repeated" if change == "refilled" else change
-    return slots, change
-
-
-def writer_for(columns: Sequence[str]) -> tuple[Format, Plan] | None:
-    """The first registered format with a writer whose detector accepts ``columns``, and its plan."""
-    for fmt in FORMATS.values():
-        plan = None if fmt.shape is None else fmt.shape.detect(columns)
-        if plan is not None and fmt.write is not None:
-            return fmt, plan
-    return None
-
-
-def rewrite(table: Table, cleaning: Cleaning, source: str | None) -> Rewritten:
-    """``table``'s rows after cleaning, in its own shape (the writer of the format whose detector
-    accepts its columns); ``source`` names the table's records (row shapes) when rows do not."""
-    found = detect_shape(table.columns)
-    chosen = writer_for(table.columns)
-    if found is None or chosen is None or found[0] is not chosen[0].shape:
-        raise ValueError(f"no writer for a table with columns {table.columns}; shapes: {shapes_help()}")
-    fmt, plan = chosen
-    assert fmt.write is not None
-    rewritten: Rewritten = fmt.write(table, plan, cleaning, source)
-    return rewritten

@@ -1,5 +1,5 @@
 """Rows → records: how the row-shaped formats (sentence-transformers tables, FlagEmbedding,
-n-tuple tables) turn a :class:`~transferdx.inputs.tables.Table` into records.
+n-tuple tables) turn a :class:`~transferdx.inputs.records.Table` into records.
 
 A format gives a :class:`RowReader`: a function that reads one row into a :class:`Row` (its query,
 positives and negatives as ``(text, score)``, and a ``qid`` when the table has one) and the words
@@ -39,8 +39,8 @@ from typing import Any
 import numpy as np
 
 from transferdx.inputs.reading import FieldProblem, RecordBuilder, slice_text, text_value
-from transferdx.inputs.records import LoadResult, Passage, Record, query_id, text_id
-from transferdx.inputs.tables import ANCHORS, Plan, Table, plain
+from transferdx.inputs.records import ANCHORS, LoadResult, Passage, Plan, Record, Table, query_id, text_id
+from transferdx.inputs.tables import plain
 
 # ---------------------------------------------------------------------------------------------
 # Cells (CSV cells arrive as text)

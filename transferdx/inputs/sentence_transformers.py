@@ -26,19 +26,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from transferdx.inputs.reading import FieldProblem, RecordBuilder, require_path
-from transferdx.inputs.records import LoadResult, Passage
-from transferdx.inputs.registry import (
-    CleanedQuery,
-    Cleaning,
-    Format,
-    Rewritten,
-    RowChange,
-    Shape,
-    fill_slots,
-    kept_cells,
-    register,
-)
+from transferdx.inputs.reading import FieldProblem, RecordBuilder, artifact_name, require_path
+from transferdx.inputs.records import LINES_FORM, LINES_HEADER_FORM, LoadResult, Passage, Plan, Table
+from transferdx.inputs.registry import Format, Shape, keep, register
 from transferdx.inputs.rows import (
     Row,
     RowReader,
@@ -49,14 +39,16 @@ from transferdx.inputs.rows import (
     cell_text,
     cell_texts,
 )
-from transferdx.inputs.tables import (
-    Plan,
-    Table,
-    form_of,
-    is_saved_dataset,
-    negative_columns,
-    read_tab_lines,
-    read_table,
+from transferdx.inputs.tables import form_of, is_saved_dataset, negative_columns, read_table, storage_form
+from transferdx.inputs.textforms import is_gzip, read_tab_lines
+from transferdx.inputs.writing import (
+    CleanedQuery,
+    Cleaning,
+    Rewritten,
+    RowChange,
+    fill_slots,
+    kept_cells,
+    rows_with_queries,
 )
 
 ST = "sentence-transformers util.mine_hard_negatives output or an equivalent table"
@@ -110,13 +102,14 @@ def load_ntuple(
     method: str | None = None,
     kind: str = "genuine",
     fields: int | None = None,
+    keep_tables: bool = False,
     **_: Any,
 ) -> LoadResult:
     """``format="ntuple"``: rows of ``query, positive, negative_1..K``; each row is a record unless
     ``group_by_query`` (then rows sharing a query are one record, as for a recognised table).
 
     A ``.tsv`` file (or one whose name gives no form) is read as plain tab-separated lines
-    (:func:`~transferdx.inputs.tables.read_tab_lines`: ``header`` True / False / None = when the
+    (:func:`~transferdx.inputs.textforms.read_tab_lines`: ``header`` True / False / None = when the
     first line looks like one; ``fields`` fixes the count), any other form as a table
     (:func:`~transferdx.inputs.tables.read_table`). A row is in a record or excluded (the
     descriptor's ``rows``: read = in_records + excluded); ``method`` names how the negatives were
@@ -124,12 +117,34 @@ def load_ntuple(
     """
     path = require_path(path)
     builder = RecordBuilder(path, on_error, note_duplicates=True)
-    if form_of(path) in (None, "tsv") and not is_saved_dataset(path):
-        table = read_tab_lines(path, builder, header, fields)
-    else:
-        table = read_table(path, builder)
+    lines = form_of(path) in (None, "tsv") and not is_saved_dataset(path)
+    table = read_tab_lines(path, builder, header, fields) if lines else read_table(path, builder)
     plan = _ntuple_plan(table.columns)
-    return NTUPLE.read(table, builder, source, plan, group_by_query=group_by_query, method=method, kind=kind)
+    result = NTUPLE.read(table, builder, source, plan, group_by_query=group_by_query, method=method, kind=kind)
+    if keep_tables:
+        keep_rows(result, table, path, source, plan, write_slots(negative_columns), group_by_query)
+    return result
+
+
+def keep_rows(
+    result: LoadResult,
+    table: Table,
+    path: Path,
+    source: str,
+    plan: Plan,
+    write: Callable[..., Rewritten],
+    group_by_query: bool,
+) -> None:
+    """Keep a table a reader chosen by name read (tab-separated lines, with or without their header,
+    or any table form) for the clean verb; rows read one record each cannot be told apart by
+    query, so such a table is not kept (the copy is records JSONL, and the summary says why)."""
+    if not group_by_query:
+        result.unwritable.append(f"{path.name}: each row read as its own record (group_by_query=false)")
+        return
+    storage = storage_form(path)
+    if table.form == "tsv" and table.cells_are_text and form_of(path) in (None, "tsv"):
+        storage = (LINES_HEADER_FORM if table.header else LINES_FORM) + (".gz" if is_gzip(path) else "")
+    keep(result, table, source, storage, path.name, artifact_name(path), path, plan=plan, write=write)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -238,7 +253,7 @@ def _slot_scores(positive: float | None, slots: Sequence[Passage], own: Mapping[
     return [positive, *[own.get(p.text, p.score) for p in slots]]
 
 
-def _write_slots(columns_of: Callable[[Mapping[str, Any]], list[str]]) -> Callable[..., Rewritten]:
+def write_slots(columns_of: Callable[[Mapping[str, Any]], list[str]]) -> Callable[..., Rewritten]:
     """The writer of a fixed-slot shape (triplet: ``negative``; n-tuple: ``negative_1..n``).
 
     Each row keeps its negatives the cleaned record still holds (:func:`kept_cells`); a row that lost
@@ -251,12 +266,10 @@ def _write_slots(columns_of: Callable[[Mapping[str, Any]], list[str]]) -> Callab
         anchor, text_cells = plan["anchor"], table.cells_are_text
         rows: list[tuple[int, Mapping[str, Any], CleanedQuery, list[str], list[bool]]] = []
         pairs_kept: set[tuple[str, str]] = set()
-        skipped = 0
-        for line, row in zip(table.lines, table.rows, strict=True):
-            query = cleaning.by_query.get((str(source), str(row.get(anchor))))
-            if line in cleaning.skip_lines or query is None:
-                skipped += 1  # excluded on reading: in the exclusion log
-                continue
+        shaped, skipped = rows_with_queries(
+            table, cleaning, lambda r: cleaning.by_query.get((str(source), str(r.get(anchor))))
+        )
+        for line, row, query in shaped:
             cols = columns_of(row)
             keep = kept_cells([str(row[c]) for c in cols], query.record.negatives)
             rows.append((line, row, query, cols, keep))
@@ -303,18 +316,70 @@ def _write_slots(columns_of: Callable[[Mapping[str, Any]], list[str]]) -> Callab
     return write
 
 
+def _write_labeled_list(table: Table, plan: Plan, cleaning: Cleaning, source: str | None) -> Rewritten:
+    """``anchor, positive`` (a list of documents) with ``labels`` and/or ``scores``: each document
+    labelled 0 stays while the cleaned record holds it; a relabeled one gets label 1 (with
+    ``labels``) or, with scores only (positive first), a row of its own with the row's kept
+    negatives (``added``); a removed one leaves the lists (``trimmed``). A row may keep no negative
+    (the shape allows it)."""
+    anchor, text_cells = plan["anchor"], table.cells_are_text
+    out: list[dict[str, Any]] = []
+    changes: list[RowChange] = []
+    shaped, skipped = rows_with_queries(
+        table, cleaning, lambda r: cleaning.by_query.get((str(source), str(r.get(anchor))))
+    )
+    for line, row, query in shaped:
+        parsed = _row_labeled_list(row, plan, text_cells)
+        docs = cell_texts(row, "positive", text_cells)
+        scores = list(cell_list(row, plan["scores"], text_cells)) if plan["scores"] else None
+        labels = list(cell_list(row, plan["labels"], text_cells)) if plan["labels"] else None
+        negative = {t for t, _ in parsed.negatives}
+        moved = {p.text for p in query.added}
+        keep = iter(kept_cells([d for d in docs if d in negative], query.record.negatives))
+        stays = [True if d not in negative else next(keep) for d in docs]
+        relabel = [d in negative and d in moved and labels is not None for d in docs]
+        n_lost = sum(1 for s, r in zip(stays, relabel, strict=True) if not s and not r)
+        if n_lost == 0 and not any(relabel) and not (moved & negative):
+            out.append(dict(row))
+            continue
+        take = [s or r for s, r in zip(stays, relabel, strict=True)]
+        new = dict(row) | {"positive": _cells([d for d, k in zip(docs, take, strict=True) if k], row, "positive")}
+        if labels is not None:
+            one = [1 if r else lab for lab, r in zip(labels, relabel, strict=True)]
+            new[plan["labels"]] = _cells([v for v, k in zip(one, take, strict=True) if k], row, plan["labels"])
+        if scores is not None:
+            new[plan["scores"]] = _cells([v for v, k in zip(scores, take, strict=True) if k], row, plan["scores"])
+        out.append(new)
+        change = "relabeled" if any(relabel) else "trimmed"
+        changes.append(RowChange(line, query.record.qid, change, n_lost + sum(relabel)))
+        if labels is None:  # scores only: a relabeled document becomes the first of a row of its own
+            for d, s in zip(docs, scores or [], strict=False):
+                if d in negative and d in moved:
+                    rest = [(t, v) for t, v, k in zip(docs, scores or [], take, strict=True) if k and t in negative]
+                    new = dict(row) | {"positive": _cells([d] + [t for t, _ in rest], row, "positive")}
+                    new[plan["scores"]] = _cells([s] + [v for _, v in rest], row, plan["scores"])
+                    out.append(new)
+                    changes.append(RowChange(None, query.record.qid, "added", 0, f"relabeled positive {d[:40]!r}"))
+    return Rewritten(list(table.columns), out, changes, skipped)
+
+
+def _cells(values: list[Any], row: Mapping[str, Any], column: str) -> Any:
+    """A list cell as the row held it: a list, or (a list printed in a CSV cell) its JSON."""
+    import json
+
+    return json.dumps(values, ensure_ascii=False) if isinstance(row.get(column), str) else values
+
+
 def _write_labeled_pair(table: Table, plan: Plan, cleaning: Cleaning, source: str | None) -> Rewritten:
     """``anchor, positive, label``: a label-0 row stays while the cleaned record holds its document,
     becomes label 1 when it was relabeled (``relabeled``), else is left out (``dropped``); a query
     left without negatives keeps its label-1 rows (anchor-positive pairs: the shape allows it)."""
     out: list[dict[str, Any]] = []
     changes: list[RowChange] = []
-    skipped = 0
-    for line, row in zip(table.lines, table.rows, strict=True):
-        query = cleaning.by_query.get((str(source), str(row.get(plan["anchor"]))))
-        if line in cleaning.skip_lines or query is None:
-            skipped += 1  # excluded on reading: in the exclusion log
-            continue
+    shaped, skipped = rows_with_queries(
+        table, cleaning, lambda r: cleaning.by_query.get((str(source), str(r.get(plan["anchor"]))))
+    )
+    for line, row, query in shaped:
         label, doc = row.get("label"), str(row["positive"])
         if cell_label(label, "label") == 1 or kept_cells([doc], query.record.negatives)[0]:
             out.append(dict(row))
@@ -332,7 +397,7 @@ register(
     Format(
         "ntuple",
         read=load_ntuple,
-        write=_write_slots(negative_columns),
+        write=write_slots(negative_columns),
         shape=Shape(
             "anchor|query|question, positive, negative_1..negative_n [, scores] [, qid]", _detect_ntuple, NTUPLE.read
         ),
@@ -342,7 +407,7 @@ register(
     Format(
         "triplet",
         shape=Shape("anchor|query|question, positive, negative [, scores]", _detect_triplet, TRIPLET.read),
-        write=_write_slots(lambda row: ["negative"]),
+        write=write_slots(lambda row: ["negative"]),
     )
 )
 register(
@@ -353,6 +418,7 @@ register(
             _detect_labeled_list,
             LABELED_LIST.read,
         ),
+        write=_write_labeled_list,
     )
 )
 register(

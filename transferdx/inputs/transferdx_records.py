@@ -4,7 +4,7 @@ One JSON object per line (``qid``, ``query``, ``positives``, ``negatives``, ``so
 passages as ``{id, text, method, relation, rank, judgment, score}`` or bare text, which gets the id
 ``text_id(text)``); ``positives[0]`` is the reference positive. :func:`read_records` reads a file or
 every ``*.jsonl`` of a folder (sorted by name) with its sidecars ``descriptors.json`` and
-``false_negatives.json`` (:func:`~transferdx.inputs.reading.read_sidecars`), strictly: every problem
+``false_negatives.json`` (:func:`~transferdx.inputs.tables.read_sidecars`), strictly: every problem
 is located (file, line, field, JSON path). :func:`write_records` and :func:`write_source_folder`
 write the same format back. A negative repeated within a record is kept and counted in the
 source's descriptor (``duplicate_negatives_kept``; the audit flags it as a ``duplicate_negative``
@@ -21,20 +21,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from transferdx.artifacts import atomic_write_text, canonical_json, file_hash, safe_join
-from transferdx.inputs.reading import (
-    SIDECARS,
-    FieldProblem,
-    RecordBuilder,
-    check_unicode,
-    iter_jsonl,
-    parse_json_line,
-    read_sidecars,
-)
-from transferdx.inputs.records import InputError, LoadResult, Passage, Record, text_id
-from transferdx.inputs.registry import Cleaning, Format, Rewritten, RowChange, Shape, register
+from transferdx.artifacts import atomic_write_text, file_hash, safe_join
+from transferdx.inputs.reading import FieldProblem, RecordBuilder, artifact_name, check_unicode
+from transferdx.inputs.records import InputError, LoadResult, Passage, Plan, Record, Table, text_id
+from transferdx.inputs.registry import Format, Shape, keep, register
 from transferdx.inputs.rows import table_input
-from transferdx.inputs.tables import Plan, Table, folder_members
+from transferdx.inputs.tables import folder_members, read_sidecars, source_stem, storage_form
+from transferdx.inputs.textforms import read_json_lines
+from transferdx.inputs.writing import Cleaning, Rewritten, RowChange, rows_with_queries, write_sidecars
 
 
 def _passage(obj: Any, where: str, *, default_method: str | None = None) -> Passage:
@@ -103,8 +97,11 @@ def record_from_obj(
     return builder.add(lineno, qid=qid, query=query, positives=positives, negatives=negatives, source=source, kind=kind)
 
 
-def read_records(path: str | Path, on_error: str = "raise", source: str | None = None) -> LoadResult:
-    """Read a records JSONL file, or every ``*.jsonl`` file in a folder (sorted by name)."""
+def read_records(
+    path: str | Path, on_error: str = "raise", source: str | None = None, keep_tables: bool = False
+) -> LoadResult:
+    """Read a records JSONL file, or every ``*.jsonl`` file in a folder (sorted by name);
+    ``keep_tables``: keep each file's rows for the clean verb (:func:`~transferdx.inputs.registry.keep`)."""
     path = Path(path)
     if path.is_dir():
         files = sorted(path.glob("*.jsonl"))
@@ -119,12 +116,17 @@ def read_records(path: str | Path, on_error: str = "raise", source: str | None =
     seen: set[tuple[str, str]] = set()
     for file in files:
         builder = RecordBuilder(file, on_error, seen, note_duplicates=True)
-        for lineno, line in iter_jsonl(file, builder):
-            obj = parse_json_line(builder, lineno, line)
-            if obj is not None:
-                record_from_obj(builder, lineno, obj, default_source=source)
-        result.extend(builder.result)
+
+        def add(lineno: int, obj: dict[str, Any], builder: RecordBuilder = builder) -> None:
+            record_from_obj(builder, lineno, obj, default_source=source)
+
+        table = read_json_lines(file, builder, add)
         digest = file_hash(file)
+        table.sha256 = digest
+        if keep_tables:
+            default = source or next((r.source for r in builder.result.records), None) or source_stem(file)
+            keep(builder.result, table, default, storage_form(file), file.name, artifact_name(file), file)
+        result.extend(builder.result)
         for name in {r.source for r in builder.result.records}:
             result.describe(
                 name,
@@ -137,9 +139,11 @@ def read_records(path: str | Path, on_error: str = "raise", source: str | None =
     return result
 
 
-def _read(path: str | Path, on_error: str = "raise", source: str | None = None, **_: Any) -> LoadResult:
+def _read(
+    path: str | Path, on_error: str = "raise", source: str | None = None, keep_tables: bool = False, **_: Any
+) -> LoadResult:
     """``format="records"``: :func:`read_records` (other options, e.g. a config's ``seed``, unused)."""
-    return read_records(path, on_error, source)
+    return read_records(path, on_error, source, keep_tables)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -162,9 +166,7 @@ def write_source_folder(loaded: LoadResult, folder: str | Path) -> list[Path]:
         path = safe_join(folder, f"{source}.jsonl")
         write_records([r for r in loaded.records if r.source == source], path)
         written.append(path)
-    atomic_write_text(safe_join(folder, SIDECARS["descriptors"]), canonical_json(loaded.descriptors))
-    fn = {s: [list(row) for row in rows] for s, rows in loaded.false_negatives.items()}
-    atomic_write_text(safe_join(folder, SIDECARS["false_negatives"]), canonical_json(fn))
+    write_sidecars(loaded, folder)
     return written
 
 
@@ -252,13 +254,10 @@ def _write(table: Table, plan: Plan, cleaning: Cleaning, source: str | None) -> 
     they were."""
     out: list[dict[str, Any]] = []
     changes: list[RowChange] = []
-    skipped = 0
-    for line, row in zip(table.lines, table.rows, strict=True):
-        key = (str(row.get("source", source)), str(row.get("qid")))
-        query = cleaning.by_qid.get(key)
-        if line in cleaning.skip_lines or query is None:
-            skipped += 1  # excluded on reading: in the exclusion log
-            continue
+    shaped, skipped = rows_with_queries(
+        table, cleaning, lambda r: cleaning.by_qid.get((str(r.get("source", source)), str(r.get("qid"))))
+    )
+    for line, row, query in shaped:
         rec = query.record
         originals = row.get("negatives")
         n_in = len(originals) if isinstance(originals, list) else len(_items(originals, rec.negatives, True))

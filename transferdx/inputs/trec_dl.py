@@ -11,6 +11,7 @@ error policy.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,17 +20,25 @@ from typing import Any
 from transferdx.inputs.reading import (
     FieldProblem,
     RecordBuilder,
-    id_text_lines,
     input_descriptor,
-    iter_lines,
     parse_slice,
-    read_id_text_tsv,
-    read_json_document,
     require_path,
     slice_text,
 )
-from transferdx.inputs.records import InputError, LoadResult, Passage, QuerySet, is_numeric_id, order_by_grade
+from transferdx.inputs.records import (
+    InputError,
+    KeptTable,
+    LoadResult,
+    Passage,
+    Plan,
+    QuerySet,
+    Table,
+    is_numeric_id,
+    order_by_grade,
+)
 from transferdx.inputs.registry import Format, register
+from transferdx.inputs.textforms import id_text_lines, iter_lines, read_id_text_tsv, read_json_document
+from transferdx.inputs.writing import Cleaning, Rewritten, RowChange
 
 
 def read_topics(path: str | Path) -> dict[str, str]:
@@ -67,6 +76,11 @@ def _qrels_lines(path: str | Path) -> tuple[dict[str, dict[str, int]], dict[str,
 def read_retrieve_results(path: str | Path) -> dict[str, tuple[str, list[tuple[str, int, str]]]]:
     """rank_llm ``retrieve_results`` JSON → {qid: (query, [(docid, rank, content), ...] in rank order)}.
     One JSON document: any problem in it is a located error (JSON path) under either error policy."""
+    return _retrieve_results(path)[0]
+
+
+def _retrieve_results(path: str | Path) -> tuple[dict[str, tuple[str, list[tuple[str, int, str]]]], list[Any]]:
+    """:func:`read_retrieve_results` and the document as read (kept for the clean verb's copy)."""
     path = require_path(path)
     data = read_json_document(path)  # the fields read below reject lone surrogates
     if not isinstance(data, list):
@@ -108,7 +122,7 @@ def read_retrieve_results(path: str | Path) -> dict[str, tuple[str, list[tuple[s
             raise InputError(path, where, "hits[0].qid", f"query {qid!r} has a second entry in this run")
         rows.sort(key=lambda r: r[1])
         out[qid] = (query, rows)
-    return out
+    return out, data
 
 
 LABELS = ("all", "single")
@@ -126,9 +140,14 @@ def load_trec_dl(
     results_name: str = "retrieve_results_dl19.json",
     kind: str = "genuine",
     labels: str = "all",
+    keep_tables: bool = False,
     **_: Any,
 ) -> LoadResult:
     """Each run in ``root/runs/<SYSTEM>/`` becomes one source.
+
+    ``keep_tables``: keep each run's document for the clean verb, which writes the folder back
+    (topics and judgments as they are; each run without the candidates cleaning removed, so a
+    re-read takes the next ones into the slice).
 
     ``labels="single"`` gives the single-label situation a miner is in when only p0 is known:
     positives = [p0], negatives = the run's candidates minus p0, then the slice; judged-relevant
@@ -238,7 +257,33 @@ def load_trec_dl(
                 "rule": "one text per passage id: the first seen over the runs (name order, hits in rank order)",
             },
         )
+        if keep_tables:
+            rows = parts.documents[name]
+            table = Table(
+                str(run_dir / name / results_name), "json", ["query", "hits"], rows, list(range(1, len(rows) + 1))
+            )
+            companions = {f: (root / f).read_bytes() for f in (topics, qrels)} if name == names[0] else {}
+            kept = KeptTable(table, _write_run, {}, name, "json", label, label, run_dir / name / results_name)
+            result.tables.append(dataclasses.replace(kept, companions=companions))
     return result
+
+
+def _write_run(table: Table, plan: Plan, cleaning: Cleaning, source: str | None) -> Rewritten:
+    """A run's ``retrieve_results`` document without the candidates cleaning removed from (or
+    relabeled in) the run's record of each query; judgments are the collection's and stay as they are."""
+    out: list[dict[str, Any]] = []
+    changes: list[RowChange] = []
+    for line, entry in zip(table.lines, table.rows, strict=True):
+        hits = entry.get("hits") or []
+        qid = str(hits[0].get("qid")) if hits else ""
+        gone = cleaning.dropped.get((str(source), qid), frozenset())
+        if not gone:
+            out.append(dict(entry))
+            continue
+        kept = [h for h in hits if str(h.get("docid")) not in gone]
+        out.append(dict(entry) | {"hits": kept})
+        changes.append(RowChange(line, qid, "trimmed", len(hits) - len(kept)))
+    return Rewritten(list(table.columns), out, changes)
 
 
 @dataclass(frozen=True)
@@ -253,6 +298,7 @@ class _TrecDl:
     n_variants: int  # passage ids with more than one text over all runs
     n_whitespace: int  # ... of which every text differs from the kept one only in whitespace
     run_dir: Path
+    documents: dict[str, list[Any]]  # run → its retrieve_results document as read
 
 
 def _trec_dl_parts(root: str | Path, runs: list[str] | None, topics: str, qrels: str, results_name: str) -> _TrecDl:
@@ -269,7 +315,8 @@ def _trec_dl_parts(root: str | Path, runs: list[str] | None, topics: str, qrels:
         names = [n for n in names if n in set(runs)]
     if not names:
         raise InputError(run_dir, None, "runs", f"no run folders with {results_name}")
-    results = {name: read_retrieve_results(run_dir / name / results_name) for name in names}
+    documents = {name: _retrieve_results(run_dir / name / results_name) for name in names}
+    results = {name: parsed for name, (parsed, _doc) in documents.items()}
     texts: dict[str, str] = {}
     per_run: dict[str, set[str]] = {name: set() for name in names}
     other_texts: dict[str, set[str]] = {}
@@ -294,6 +341,7 @@ def _trec_dl_parts(root: str | Path, runs: list[str] | None, topics: str, qrels:
         len(other_texts),
         whitespace,
         run_dir,
+        {name: doc for name, (_parsed, doc) in documents.items()},
     )
 
 

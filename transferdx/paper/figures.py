@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 
 from transferdx.auditing.report import KIND_COLOURS, png_bytes
+from transferdx.auditing.verdict import LADDER
 from transferdx.paper.tables import TableInputs, mean_ndcg, source_label
 
-LADDER = ("random_mix_25", "random_mix_50", "random_mix_75", "random_mix_100")
 PROFILE_STATS = (
     ("rho_mean", "rho", "ρ"),
     ("eta_mean", "eta", "η"),

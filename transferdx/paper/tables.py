@@ -1,7 +1,7 @@
 """The study's Tables 1–10 (layouts of ``seeds/004``), regenerated from stored artifacts.
 
 Builders are pure: they take the artifacts already read (:class:`TableInputs`) and return a
-:class:`Table` whose every number is a :class:`Cell` that names the artifact file and the row and
+:class:`PaperTable` whose every number is a :class:`Cell` that names the artifact file and the row and
 column it came from. Tables only format; the statistics are computed where the artifacts were
 written (audit, evaluation, agreement, matching). ``TABLES`` registers the builders by name.
 """
@@ -55,9 +55,10 @@ class Cell:
 
 
 @dataclass(frozen=True)
-class Table:
-    """A rendered table: ``rows`` hold labels (str) and :class:`Cell`\\ s. The first ``groups``
-    columns are group labels, shown once per group in Markdown and LaTeX."""
+class PaperTable:
+    """A rendered table of the study (not an input table, :class:`transferdx.inputs.records.Table`):
+    ``rows`` hold labels (str) and :class:`Cell`\\ s. The first ``groups`` columns are group labels,
+    shown once per group in Markdown and LaTeX."""
 
     name: str
     caption: str
@@ -272,7 +273,7 @@ def _profile_cell(study: Study, source: str, column: str, **kw: Any) -> Cell:
 # Tables 1–10
 
 
-def transfer_ndcg(a: TableInputs) -> Table:
+def transfer_ndcg(a: TableInputs) -> PaperTable:
     """Table 1: BEIR nDCG@10 per (backbone, setting, source) and dataset, with the mean over datasets."""
     datasets = list(dict.fromkeys(d for s in a.studies for d in s.results["dataset"]))
     rows, groups = [], []
@@ -299,7 +300,7 @@ def transfer_ndcg(a: TableInputs) -> Table:
                 rows.append(row)
                 groups.append((study.backbone, setting))
     _bold_max(rows, range(3, 3 + len(datasets) + 1), groups)
-    return Table(
+    return PaperTable(
         "Table 1",
         "BEIR nDCG@10 after fine-tuning on each source. Grouped by backbone and setting; Mean averages the "
         "listed datasets. Bold marks the best score within each block and column.",
@@ -309,7 +310,7 @@ def transfer_ndcg(a: TableInputs) -> Table:
     )
 
 
-def psi_and_transfer(a: TableInputs) -> Table:
+def psi_and_transfer(a: TableInputs) -> PaperTable:
     """Table 2: Mean ψ per source and mean nDCG@10 per backbone."""
     first = a.studies[0]
     means = [mean_ndcg(study) for study in a.studies]
@@ -326,7 +327,7 @@ def psi_and_transfer(a: TableInputs) -> Table:
                     )
                 )
             rows.append(row)
-    return Table(
+    return PaperTable(
         "Table 2",
         f"Lexical residuality and mean BEIR nDCG@10. Mean ψ from the {a.label(first.backbone)} study audit; "
         "one nDCG@10 column per backbone. Compare within each setting.",
@@ -353,13 +354,13 @@ def _block_rows(
     return rows, groups, about
 
 
-def frozen_diagnostics(a: TableInputs) -> Table:
+def frozen_diagnostics(a: TableInputs) -> PaperTable:
     """Table 3: Frozen target-backbone diagnostics: composite, gradient energy, MNRL proxy, any-of-K inversion."""
     rows, groups, _ = _block_rows(
         a, [("composite_logdet", 4), ("energy_mean", 2), ("loss_mean", 3), ("inversion_rate", 3)]
     )
     _bold_max(rows, range(3, 7), groups)
-    return Table(
+    return PaperTable(
         "Table 3",
         "Frozen target-backbone diagnostics per source. Composite is the log-det form; ‖g‖² is the mean "
         "per-record gradient energy; MNRL proxy is the mean loss on explicit negatives; ambiguity is the "
@@ -393,7 +394,7 @@ def controls_below(profile: pd.DataFrame, column: str, direction: int) -> bool |
     return bool(controls.max() < genuine.min())
 
 
-def rank_agreement_summary(a: TableInputs) -> Table:
+def rank_agreement_summary(a: TableInputs) -> PaperTable:
     """Table 4: Per diagnostic: control criterion per backbone, blocks recovered k/n, source pairs the diagnostic
     ties (summed over blocks; "n/a" for an agreement table without the ``ties`` column), mean Pearson
     r per setting."""
@@ -433,7 +434,7 @@ def rank_agreement_summary(a: TableInputs) -> Table:
                 )
             )
         rows.append(row)
-    return Table(
+    return PaperTable(
         "Table 4",
         "Component and weighting comparisons. Blocks counts complete transfer orderings recovered. Ties counts "
         "the pairs of sources a diagnostic gives equal values, summed over blocks; a tied pair counts as "
@@ -447,7 +448,7 @@ def rank_agreement_summary(a: TableInputs) -> Table:
     )
 
 
-def composite_ranking(a: TableInputs, column: str = "composite_logdet") -> Table:
+def composite_ranking(a: TableInputs, column: str = "composite_logdet") -> PaperTable:
     """Table 5: Every audited source ranked by the combined attribute score, rank in parentheses."""
     first = a.studies[0]
     if column not in first.profile.columns:
@@ -467,7 +468,7 @@ def composite_ranking(a: TableInputs, column: str = "composite_logdet") -> Table
             row.append(Cell(cell.value, cell.artifact, cell.locator, suffix=f" ({ranks[study.backbone][source]})"))
         rows.append(row)
     n = len(first.profile.index)
-    return Table(
+    return PaperTable(
         "Table 5",
         f"Sources ranked by the combined attribute score (log-det composite), with rank out of {n} in "
         "parentheses; genuine sources and controls together.",
@@ -476,7 +477,7 @@ def composite_ranking(a: TableInputs, column: str = "composite_logdet") -> Table
     )
 
 
-def audit_profile_flags(a: TableInputs) -> Table:
+def audit_profile_flags(a: TableInputs) -> PaperTable:
     """Table 6: The audit profile with flags, every source, per backbone."""
     rows = []
     notes = []
@@ -500,7 +501,7 @@ def audit_profile_flags(a: TableInputs) -> Table:
         if t:
             shown = ", ".join(f"{k} {_number(float(v), 3)}" for k, v in t.items() if isinstance(v, (int, float)))
             notes.append(f"{a.label(study.backbone)} thresholds ({t.get('mode', '')}): {shown}.")
-    return Table(
+    return PaperTable(
         "Table 6",
         "The audit profile on every source. Flag if mean ρ, η or ψ exceeds its threshold, or the inversion "
         "rate is below its threshold.",
@@ -511,7 +512,7 @@ def audit_profile_flags(a: TableInputs) -> Table:
     )
 
 
-def composite_per_dimension(a: TableInputs) -> Table:
+def composite_per_dimension(a: TableInputs) -> PaperTable:
     """Table 7: In-family composite and composite per embedding dimension."""
     rows, groups, about = _block_rows(a, [("composite_logdet", 4)])
     for row, (study, source) in zip(rows, about, strict=True):
@@ -521,7 +522,7 @@ def composite_per_dimension(a: TableInputs) -> Table:
             Cell(row[3].value / dim, row[3].artifact, f"source={source}; composite_logdet / embedding_dim", digits=6)
         )
     _bold_max(rows, range(3, 5), groups)
-    return Table(
+    return PaperTable(
         "Table 7",
         "Training-free composite (log-det form) computed in family, with a frozen copy of the backbone that is "
         "later fine-tuned, over all explicit negatives of each source; and per embedding dimension. Bold marks "
@@ -538,7 +539,7 @@ def _sensitivity_base(a: TableInputs, name: str) -> AuditRun:
     return find_base(a.runs, a.base)
 
 
-def sample_fraction_stability(a: TableInputs) -> Table:
+def sample_fraction_stability(a: TableInputs) -> PaperTable:
     """Table 8: Kendall τ between each sample fraction's ordering and the full-sample ordering, per setting."""
     base = _sensitivity_base(a, "Table 8")
     runs = sorted(
@@ -566,7 +567,7 @@ def sample_fraction_stability(a: TableInputs) -> Table:
     orders = "; ".join(
         f"{_setting_label(b)}: " + " > ".join(source_label(s) for s in ordering(full[b], direction)) for b, _ in blocks
     )
-    return Table(
+    return PaperTable(
         "Table 8",
         f"Rank stability as sampled queries increase, using {column}: Kendall τ with the full-sample "
         f"ordering ({orders}); 1.000 denotes exact agreement.",
@@ -575,7 +576,7 @@ def sample_fraction_stability(a: TableInputs) -> Table:
     )
 
 
-def tokenizer_idf_sensitivity(a: TableInputs) -> Table:
+def tokenizer_idf_sensitivity(a: TableInputs) -> PaperTable:
     """Table 9: Tokenizer and IDF-corpus sensitivity: base composite, ranges one factor at a time, C and ψ."""
     base = _sensitivity_base(a, "Table 9")
     column = a.stability_diagnostic
@@ -604,7 +605,7 @@ def tokenizer_idf_sensitivity(a: TableInputs) -> Table:
             row.append(Cell(float(base.profile.loc[source, "psi_mean"]), artifact, f"source={source}; column=psi_mean"))
             rows.append(row)
     settings = ", ".join(f"{k}={base.factor(k)}" for k in ("tokenizer", "idf_corpus", "backbone"))
-    return Table(
+    return PaperTable(
         "Table 9",
         f"Tokenizer and IDF-corpus sensitivity for ψ through the composite. Base: {settings}. Ranges vary one "
         "factor at a time.",
@@ -623,7 +624,7 @@ BUCKETS: dict[str, Callable[[pd.DataFrame], pd.Series]] = {
 }
 
 
-def failure_buckets(a: TableInputs) -> Table:
+def failure_buckets(a: TableInputs) -> PaperTable:
     """Table 10: Failure-bucket rates (percent of explicit negatives); 'valid' = judged relevant (a false negative)."""
     study = a.studies[0]
     if study.negatives is None or "rho" not in study.negatives.columns:
@@ -649,7 +650,7 @@ def failure_buckets(a: TableInputs) -> Table:
                     )
                 )
             rows.append(row)
-    return Table(
+    return PaperTable(
         "Table 10",
         f"Failure-bucket rates for η and ψ as percentages of explicit negatives ({a.label(study.backbone)} "
         "audit). Valid: the negative is judged relevant (a false negative); not measured where no negative "
@@ -665,7 +666,7 @@ def family_shown(row: Mapping[str, Any]) -> bool:
     return "backbone" in str(row["factor"]).split("+") and bool(row["family"])
 
 
-def sensitivity_table(a: TableInputs, frame: pd.DataFrame, artifact: str) -> Table:
+def sensitivity_table(a: TableInputs, frame: pd.DataFrame, artifact: str) -> PaperTable:
     """All sensitivity runs in one table: factor, value, setting, diagnostic, ordering, Kendall τ."""
     rows = []
     for i, r in frame.iterrows():
@@ -680,7 +681,7 @@ def sensitivity_table(a: TableInputs, frame: pd.DataFrame, artifact: str) -> Tab
                 Cell(bool(r["same_ordering"]), artifact, f"row {i}; column=same_ordering"),
             ]
         )
-    return Table(
+    return PaperTable(
         "Sensitivity",
         "Every sensitivity run against the base run: the factor it changes, the diagnostic's ordering of "
         "each setting's sources, Kendall τ with the base run's values, and whether the ordering is the same.",
@@ -690,7 +691,7 @@ def sensitivity_table(a: TableInputs, frame: pd.DataFrame, artifact: str) -> Tab
     )
 
 
-def uncertainty_table(a: TableInputs) -> Table:
+def uncertainty_table(a: TableInputs) -> PaperTable:
     """How sure the transfer ordering itself is: paired-bootstrap probabilities per block."""
     if not a.uncertainty:
         raise ValueError("the uncertainty table needs transfer_uncertainty.json (agree_dir)")
@@ -705,7 +706,7 @@ def uncertainty_table(a: TableInputs) -> Table:
                 Cell(pairs, a.uncertainty_file, f"{block}.pairwise"),
             ]
         )
-    return Table(
+    return PaperTable(
         "Transfer uncertainty",
         "Paired bootstrap over each dataset's queries: probability of the observed full transfer ordering and "
         "of each pairwise ordering.",
@@ -714,7 +715,7 @@ def uncertainty_table(a: TableInputs) -> Table:
     )
 
 
-def matching_table(a: TableInputs) -> Table:
+def matching_table(a: TableInputs) -> PaperTable:
     """Share of ψ-matched repetitions reproducing the transfer ordering, per statistic and resolution."""
     if a.matched is None or a.balance is None or not len(a.matched):
         raise ValueError("the matching table needs matched.csv and balance.csv (match_dir)")
@@ -750,7 +751,7 @@ def matching_table(a: TableInputs) -> Table:
                 ),
             ]
         )
-    return Table(
+    return PaperTable(
         "Matching",
         "ψ-matched samples: share of repetitions whose matched means reproduce the transfer ordering, and ψ "
         "balance (largest pairwise standardized mean difference) before and after matching.",
@@ -761,7 +762,7 @@ def matching_table(a: TableInputs) -> Table:
 
 
 # The paper's table number (the output file name) → the builder, named after what it shows.
-TABLES: dict[str, Callable[[TableInputs], Table]] = {
+TABLES: dict[str, Callable[[TableInputs], PaperTable]] = {
     "table1": transfer_ndcg,
     "table2": psi_and_transfer,
     "table3": frozen_diagnostics,
@@ -782,12 +783,12 @@ def render(
     names: Sequence[str],
     sensitivity: pd.DataFrame | None = None,
     sensitivity_file: str = "",
-    builders: Mapping[str, Callable[[TableInputs], Table]] | None = None,
-) -> dict[str, Table | str]:
+    builders: Mapping[str, Callable[[TableInputs], PaperTable]] | None = None,
+) -> dict[str, PaperTable | str]:
     """Build the named tables (``builders``: name → builder, default :data:`TABLES`); a table whose
     artifacts are missing maps to the reason (a string)."""
     builders = TABLES if builders is None else builders
-    out: dict[str, Table | str] = {}
+    out: dict[str, PaperTable | str] = {}
     for name in names:
         if name == "sensitivity":
             if sensitivity is None or not len(sensitivity):

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from transferdx.auditing.profiles import ALL_FLAG_RULES
-from transferdx.paper.tables import Cell, Table, TableInputs, source_label
+from transferdx.paper.tables import Cell, PaperTable, TableInputs, source_label
 
 RULE_OF = {rule.column: rule.name for rule in ALL_FLAG_RULES}
 SHORT = {
@@ -57,7 +57,7 @@ def _evidence(hit: Mapping[str, Any]) -> str:
     return f"{label} ({hit['margin']:+.3f} {_interval(hit['margin_ci_low'], hit['margin_ci_high'])})"
 
 
-def transfer_table(a: TableInputs) -> Table:
+def transfer_table(a: TableInputs) -> PaperTable:
     """Transfer per trained source: nDCG@10 (mean over seeds), its interval over queries and seeds,
     the seed spread, and the change from the frozen backbone."""
     rows = []
@@ -83,7 +83,7 @@ def transfer_table(a: TableInputs) -> Table:
                     _interval(r["delta_ci_low"], r["delta_ci_high"]),
                 ]
             )
-    return Table(
+    return PaperTable(
         "Validation: transfer",
         "Transfer of every trained source: nDCG@10 (mean over the benchmark datasets) averaged over seeds; 95% "
         "intervals from a "
@@ -106,7 +106,7 @@ def transfer_table(a: TableInputs) -> Table:
     )
 
 
-def pairs_table(a: TableInputs) -> Table:
+def pairs_table(a: TableInputs) -> PaperTable:
     """Every pairwise difference: its interval, Holm-corrected p, seed consistency, established."""
     rows = []
     for backbone, frames in _frames(a).items():
@@ -131,7 +131,7 @@ def pairs_table(a: TableInputs) -> Table:
                     ),
                 ]
             )
-    return Table(
+    return PaperTable(
         "Validation: pairwise differences",
         "T_a − T_b for every pair of trained sources (a the better), 95% two-level bootstrap interval, two-sided "
         "bootstrap p Holm-corrected over all pairs, whether every seed of a beats every seed of b; established = "
@@ -144,7 +144,7 @@ def pairs_table(a: TableInputs) -> Table:
     )
 
 
-def audit_table(a: TableInputs) -> Table:
+def audit_table(a: TableInputs) -> PaperTable:
     """(a) flagged ⇒ worse than every unflagged genuine source, and (b) rank agreement, per diagnostic."""
     rows = []
     for backbone, frames in _frames(a).items():
@@ -203,7 +203,7 @@ def audit_table(a: TableInputs) -> Table:
         "Controls no flag marks although they train established-worse than every genuine source: "
         + ("; ".join(missed) if missed else "none."),
     )
-    return Table(
+    return PaperTable(
         "Validation: audit against known truth",
         "Per diagnostic (direction from the analysis config): the sources its flag marks and whether each "
         "trains worse than every unflagged genuine source (a); rank agreement with transfer over all trained "
@@ -230,7 +230,7 @@ def audit_table(a: TableInputs) -> Table:
     )
 
 
-def ladder_table(a: TableInputs) -> Table:
+def ladder_table(a: TableInputs) -> PaperTable:
     """(c) The random-mix ladder: transfer and each diagnostic by dose, and their rank correlation with it."""
     rows = []
     columns: list[str] = []
@@ -276,7 +276,7 @@ def ladder_table(a: TableInputs) -> Table:
         rows.append(row)
     if not rows:
         raise ValueError("the ladder table needs at least two trained rungs of the random-mix ladder")
-    return Table(
+    return PaperTable(
         "Validation: random-mix ladder",
         "Dose = share of the parent's negative slots replaced by random passages (the parent at 0). nDCG@10 "
         "with its two-level interval; each diagnostic as audited; last row: Spearman ρ of each column with the "
@@ -287,7 +287,7 @@ def ladder_table(a: TableInputs) -> Table:
     )
 
 
-def flags_table(a: TableInputs) -> Table:
+def flags_table(a: TableInputs) -> PaperTable:
     """(a) per flag rule — envelope and absolute — the trained sources it flags and whether each
     trains worse than every unflagged genuine source."""
     from transferdx.auditing.profiles import ABSOLUTE_FLAG_RULES
@@ -309,7 +309,7 @@ def flags_table(a: TableInputs) -> Table:
             else:
                 row += ["—", "—"]
             rows.append(row)
-    return Table(
+    return PaperTable(
         "Validation: flags against known truth",
         "Per flag rule (envelope: thresholds from the genuine sources, which it cannot flag; absolute: fixed "
         "principles, which can): each flagged trained source with the weakest unflagged genuine source's nDCG@10 "
@@ -321,7 +321,7 @@ def flags_table(a: TableInputs) -> Table:
     )
 
 
-def datasets_table(a: TableInputs) -> Table:
+def datasets_table(a: TableInputs) -> PaperTable:
     """Transfer on each benchmark set on its own: nDCG@10 with its two-level interval, Δ frozen."""
     rows = []
     for backbone, frames in _frames(a).items():
@@ -346,7 +346,7 @@ def datasets_table(a: TableInputs) -> Table:
                     else _interval(r["delta_ci_low"], r["delta_ci_high"]),
                 ]
             )
-    return Table(
+    return PaperTable(
         "Validation: transfer per benchmark set",
         "nDCG@10 on each benchmark set on its own (mean over seeds), its 95% two-level interval (queries of that "
         "set, seeds), seed-to-seed SD and Δ from the frozen backbone with its interval.",
@@ -356,7 +356,7 @@ def datasets_table(a: TableInputs) -> Table:
     )
 
 
-VALIDATION_TABLES: dict[str, Callable[[TableInputs], Table]] = {
+VALIDATION_TABLES: dict[str, Callable[[TableInputs], PaperTable]] = {
     "validation_datasets": datasets_table,
     "validation_flags": flags_table,
     "validation_transfer": transfer_table,

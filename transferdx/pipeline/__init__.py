@@ -19,7 +19,7 @@ is shadowed by the function it defines once this package re-exports it:
 - ``studying``: study (audit → train → evaluate → agree → match → tables for one backbone)
 """
 
-from transferdx.analysis.studies import StudyData
+from transferdx.analysis.study import StudyData
 from transferdx.auditing.core import FlagSettings, SemanticSettings
 from transferdx.auditing.result import Audit
 from transferdx.cleaning import CleanResult

@@ -1,7 +1,10 @@
 """The analysis verbs over study folders (or studies already read, :class:`StudyData`):
 :func:`agree` (rank agreement with transfer, blocks recovered, transfer uncertainty, paired tests),
 :func:`match` (ψ-matched samples) and :func:`validate` (known-truth validation), each with the
-writer of its artifacts. The statistics live in :mod:`transferdx.analysis`."""
+writer of its artifacts. The statistics live in :mod:`transferdx.analysis`
+(:func:`~transferdx.analysis.agreement.agreement_of_studies`,
+:func:`~transferdx.analysis.matching.matching_of_studies`,
+:func:`~transferdx.analysis.validation.validation_of_study`)."""
 
 from __future__ import annotations
 
@@ -12,7 +15,10 @@ from typing import Any
 import pandas as pd
 
 from transferdx.analysis import studies as _studies
-from transferdx.analysis.studies import StudyData
+from transferdx.analysis.agreement import agreement_of_studies
+from transferdx.analysis.matching import matching_of_studies
+from transferdx.analysis.study import StudyData
+from transferdx.analysis.validation import validation_of_study
 from transferdx.artifacts import atomic_write_text, canonical_json, csv_text, safe_join
 from transferdx.pipeline.settings import AnalysisSettings
 
@@ -43,14 +49,14 @@ def agree(studies: Studies, settings: AnalysisSettings | None = None) -> dict[st
     recovered k/n, transfer-ordering uncertainty and Holm-corrected paired tests."""
     s = settings or AnalysisSettings()
     blocks = {k: list(v) for k, v in s.blocks.items()}
-    return _studies.agree(as_studies(studies), blocks, dict(s.diagnostics), s.resamples, s.seed, s.alpha)
+    return agreement_of_studies(as_studies(studies), blocks, dict(s.diagnostics), s.resamples, s.seed, s.alpha)
 
 
 def match(studies: Studies, settings: AnalysisSettings | None = None) -> dict[str, pd.DataFrame]:
     """ψ-matched samples per block: share of repetitions reproducing the transfer ordering, balance."""
     s = settings or AnalysisSettings()
     blocks = {k: list(v) for k, v in s.blocks.items()}
-    return _studies.match_studies(
+    return matching_of_studies(
         as_studies(studies), blocks, dict(s.statistics), list(s.resolutions), s.repetitions, s.seed
     )
 
@@ -67,7 +73,7 @@ def validate(studies: Studies, settings: AnalysisSettings | None = None) -> dict
     out = {}
     for study in as_studies(studies):
         if "control" in study.kinds.values() and len(study.per_query_seeds) >= 2:
-            out[study.backbone] = _studies.validate(
+            out[study.backbone] = validation_of_study(
                 study, diagnostics, dict(v["ladder"]), int(v["resamples"]), alpha=s.alpha, seed=s.seed
             )
     return out

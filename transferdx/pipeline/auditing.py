@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from transferdx.artifacts import atomic_write_text, csv_text, safe_join
-from transferdx.auditing.core import SemanticSettings
-from transferdx.auditing.core import audit as _audit
+from transferdx.auditing.core import SemanticSettings, audit_records
 from transferdx.auditing.report import exclusions_frame
 from transferdx.auditing.result import Audit
 from transferdx.embed import EmbeddingCache
@@ -102,7 +101,7 @@ def audit(
     cache = make_encoder(encoder, cache_dir) if options.semantic is not None else None
     loaded, built = with_self_controls(loaded, controls, kinds=options.kinds, encoder=cache, seed=options.seed)
     settings = recorded_settings(options, cache, sampled_out) | built
-    result = _audit(
+    result = audit_records(
         loaded,
         make_tokenizer(options.tokenizer, **options.tokenizer_options),
         encoder=cache,

@@ -1,7 +1,7 @@
 """The clean verb (design §3.9): load the records, audit them when no audit is given, and write a
 copy, in the input's own shape and file format, with the suspected false negatives removed or
 relabeled (:mod:`transferdx.cleaning` holds the pure core and :class:`CleanResult`; each format
-family's writer, :func:`transferdx.inputs.registry.rewrite`, turns the cleaned queries back into
+family's writer, :func:`transferdx.inputs.writing.rewrite`, turns the cleaned queries back into
 the input's rows)."""
 
 from __future__ import annotations
@@ -27,18 +27,9 @@ from transferdx.cleaning import (
     unchecked_why,
 )
 from transferdx.diagnostics.suspicion import MIN_PROBABILITY, TEXT_REASONS
-from transferdx.inputs.reading import RecordBuilder, artifact_name
 from transferdx.inputs.records import LoadResult, Record
-from transferdx.inputs.registry import CleanedQuery, Cleaning, rewrite, writer_for
-from transferdx.inputs.tables import (
-    dataset_table,
-    folder_members,
-    frame_table,
-    is_saved_dataset,
-    read_table,
-    source_stem,
-    storage_form,
-)
+from transferdx.inputs.tables import is_saved_dataset
+from transferdx.inputs.writing import CleanedQuery, Cleaning, rewrite
 from transferdx.pipeline.auditing import audit
 from transferdx.pipeline.encoders import EncoderLike
 from transferdx.pipeline.loading import load
@@ -47,11 +38,15 @@ from transferdx.pipeline.settings import AuditOptions
 ROW_EXCLUSION_UNITS = ("record", "line")  # exclusions that leave a whole table row out
 
 
-def _cleaning(queries: Sequence[CleanedQuery], skip: frozenset[int] = frozenset()) -> Cleaning:
+def _cleaning(queries: Sequence[CleanedQuery], removed: pd.DataFrame, skip: frozenset[int] = frozenset()) -> Cleaning:
+    dropped: dict[tuple[str, str], set[str]] = {}
+    for source, qid, neg_id in zip(removed["source"], removed["qid"], removed["neg_id"], strict=True):
+        dropped.setdefault((str(source), str(qid)), set()).add(str(neg_id))
     return Cleaning(
         {(q.record.source, q.record.qid): q for q in queries},
         {(q.record.source, q.record.query): q for q in queries},
         skip,
+        {key: frozenset(ids) for key, ids in dropped.items()},
     )
 
 
@@ -62,52 +57,27 @@ def _skip_lines(loaded: LoadResult, label: str) -> frozenset[int]:
     )
 
 
-def _source_of(loaded: LoadResult, member: Path, given: str | None) -> str:
-    if given:
-        return given
-    for name, desc in loaded.descriptors.items():
-        if isinstance(desc.get("input"), Mapping) and desc["input"].get("file") == member.name:
-            return name
-    return source_stem(member)
-
-
 def _copy_tables(
-    data: Any, format: str, source: str | None, loaded: LoadResult, queries: Sequence[CleanedQuery]
+    loaded: LoadResult, queries: Sequence[CleanedQuery], removed: pd.DataFrame, data: Any
 ) -> tuple[list[CopyTable], str]:
-    """The input's own tables rewritten (empty, with the reason, when it cannot be: records in
-    memory, the demo, a reader chosen by name)."""
-    if isinstance(data, pd.DataFrame) or (hasattr(data, "column_names") and hasattr(data, "map")):
-        if not isinstance(data, pd.DataFrame) and isinstance(data.column_names, dict):
-            return [], "a DatasetDict in memory is written as records JSONL (pass its split)"
-        in_frame = isinstance(data, pd.DataFrame)
-        table = frame_table(data) if in_frame else dataset_table(data, "<Dataset>", "Dataset")
-        if writer_for(table.columns) is None:
-            return [], f"a table with columns {table.columns} has no writer"
-        name = source or ("dataframe" if in_frame else "dataset")
-        form = "DataFrame" if in_frame else "Dataset"
-        cleaning = _cleaning(queries, _skip_lines(loaded, table.file))
-        rewritten = rewrite(table, cleaning, name)
-        return [CopyTable(f"{name}.parquet" if in_frame else name, form, rewritten, n_rows_in=len(table.rows))], ""
-    if format != "records" or not isinstance(data, str | Path) or not Path(str(data)).exists():
-        what = "the embedded demo" if str(data) == "demo" else f"in-memory input ({type(data).__name__})"
-        if format != "records":
-            what = f"input read by the {format!r} reader"
-        return [], f"{what} cannot be written back in its own format; the copy is records JSONL"
-    path = Path(str(data))
-    members = [path] if path.is_file() or is_saved_dataset(path) else folder_members(path)
+    """The input's own tables, as its readers kept them (never read again), rewritten by their
+    formats' writers; none, with the reason, when a part of the input cannot be written back."""
+    if loaded.unwritable or not loaded.tables:
+        if loaded.unwritable:
+            why = loaded.unwritable[0]
+        elif str(data) == "demo":
+            why = "the embedded demo"
+        elif isinstance(data, str | Path):
+            why = "this input's reader"
+        else:
+            why = f"in-memory input ({type(data).__name__})"
+        return [], f"{why} cannot be written back in its own format; the copy is records JSONL"
     out = []
-    for member in members:
-        builder = RecordBuilder(member, "skip")
-        table = read_table(member, builder)
-        if writer_for(table.columns) is None:
-            return [], f"{member.name} (columns {table.columns}) has no writer; the copy is records JSONL"
-        storage = storage_form(member)
-        if storage is None:
-            return [], f"{member.name} has no recognised form; the copy is records JSONL"
-        cleaning = _cleaning(queries, _skip_lines(loaded, artifact_name(member)))
-        rewritten = rewrite(table, cleaning, _source_of(loaded, member, source))
-        n_in = len(table.rows) + table.n_unreadable
-        out.append(CopyTable(member.name, storage, rewritten, member, None, n_in, table.n_unreadable))
+    for kept in loaded.tables:
+        rewritten = rewrite(kept, _cleaning(queries, removed, _skip_lines(loaded, kept.label)))
+        n_in = len(kept.table.rows) + kept.table.n_unreadable
+        copy = CopyTable(kept.name, kept.storage, rewritten, kept.path, kept.split, n_in, kept.table.n_unreadable)
+        out.append(dataclasses.replace(copy, companions=kept.companions))
     return out, ""
 
 
@@ -174,7 +144,7 @@ def clean(
         min_probability = MIN_PROBABILITY if reasons is None else None
     elif isinstance(min_probability, str):
         raise ValueError(f"min_probability must be a number in [0, 1], 'auto' or None, got {min_probability!r}")
-    loaded = load(records, format=format, source=source, on_error=options.on_error)
+    loaded = load(records, format=format, source=source, on_error=options.on_error, keep_tables=True)
     frame: pd.DataFrame
     result: Audit | None = audit_result if isinstance(audit_result, Audit) else None
     if audit_result is None:
@@ -189,7 +159,7 @@ def clean(
     queries, removed, emptied = clean_records(
         loaded.records, frame, reasons=chosen, action=action, min_probability=min_probability
     )
-    tables, note = _copy_tables(records, format, source, loaded, queries)
+    tables, note = _copy_tables(loaded, queries, removed, records)
     plan = _output_plan(records, tables, note)
     review = review_table(loaded.records, frame, removed)
     descriptor = _descriptor(loaded, frame, chosen, action, min_probability, (queries, removed, emptied), plan, result)

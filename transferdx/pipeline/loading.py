@@ -19,8 +19,7 @@ from transferdx.inputs.records import LoadResult, QuerySet, Record
 from transferdx.inputs.trec_dl import load_trec_dl
 from transferdx.pipeline.encoders import EncoderLike, make_encoder
 from transferdx.pipeline.settings import DEFAULT_SOURCES, InputSettings
-from transferdx.sources.build import build_sources as _build_sources
-from transferdx.sources.build import controls_from_records
+from transferdx.sources.build import build_from_context, controls_from_records
 from transferdx.sources.context import BuildContext
 from transferdx.sources.controls import CONTROLS
 
@@ -83,7 +82,7 @@ def load(
     check_loadable(data)
     if isinstance(data, list | tuple) and all(_is_path(d) for d in data):
         return load_many(data, format=format, source=source, on_error=on_error, **options)
-    return registry.load(
+    return registry.read(
         data, format=None if format == "records" else format, source=source, on_error=on_error, **options
     )
 
@@ -122,7 +121,7 @@ def load_query_set(data: str | Path = "demo", *, format: str | None = None, **op
     """Queries, their positives and a passage pool to build sources from: ``"demo"``, a BEIR folder
     (``format="beir"``, ``split=`` train/test) or a TREC-DL folder (``format="trec_dl_pool"``,
     ``relevant_grade=2``). Without ``format`` the folder's contents decide."""
-    return registry.load_query_set(data, format=format, **options)
+    return registry.read_query_set(data, format=format, **options)
 
 
 def trec_dl_runs(
@@ -144,7 +143,7 @@ def trec_dl_runs(
 
 def records_as_source(path: str | Path, name: str, on_error: str = "raise") -> LoadResult:
     """A records file or folder (e.g. LLM-written negatives for the same queries) as source ``name``."""
-    part = registry.load(path, format="records", on_error=on_error)
+    part = registry.read(path, format="records", on_error=on_error)
     described = {k: v for d in part.descriptors.values() for k, v in d.items()}
     return LoadResult(
         [dataclasses.replace(r, source=name) for r in part.records],
@@ -176,7 +175,7 @@ def build_sources(
     ctx = BuildContext(
         query_set, k=k, slice_spec=slice, seed=seed, encoder=make_encoder(encoder, cache_dir), bm25=dict(bm25 or {})
     )
-    return _build_sources(ctx, names, wanted, control_parent, external)
+    return build_from_context(ctx, names, wanted, control_parent, external)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,14 +252,22 @@ def build_inputs(settings: InputSettings, encoder: EmbeddingCache | None = None)
     )
 
 
-def load_inputs(settings: InputSettings, encoder: EmbeddingCache | None = None) -> LoadResult:
+def load_inputs(
+    settings: InputSettings, encoder: EmbeddingCache | None = None, keep_tables: bool = False
+) -> LoadResult:
     """Records for a run: ``settings.path`` (records JSONL), sources built from a query set, or the
-    ``data`` config group's reader."""
+    ``data`` config group's reader (``keep_tables``: for the clean verb, as :func:`load`)."""
     if path := settings.path:
-        return load(path, on_error=settings.on_error)
+        return load(path, on_error=settings.on_error, keep_tables=keep_tables)
     if registry.is_query_set(settings.format):
         return build_inputs(settings, encoder)
-    return registry.load(format=settings.format, on_error=settings.on_error, seed=settings.seed, **settings.options)
+    return registry.read(
+        format=settings.format,
+        on_error=settings.on_error,
+        keep_tables=keep_tables,
+        seed=settings.seed,
+        **settings.options,
+    )
 
 
 def source_records(settings: InputSettings, encoder: EmbeddingCache | None, source: str) -> LoadResult:

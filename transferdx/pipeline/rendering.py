@@ -16,7 +16,7 @@ import pandas as pd
 
 from transferdx.analysis import studies as _studies
 from transferdx.analysis.sensitivity import AuditRun, sensitivity
-from transferdx.analysis.studies import StudyData
+from transferdx.analysis.study import StudyData
 from transferdx.artifacts import atomic_write_bytes, atomic_write_text, canonical_json, csv_text, safe_join
 from transferdx.pipeline.analysing import (
     Studies,
@@ -31,7 +31,7 @@ from transferdx.pipeline.analysing import (
 from transferdx.pipeline.settings import AnalysisSettings
 
 if TYPE_CHECKING:
-    from transferdx.paper.tables import Table, TableInputs
+    from transferdx.paper.tables import PaperTable, TableInputs
 
 
 def _read_optional_csv(path: Path) -> pd.DataFrame | None:
@@ -160,12 +160,16 @@ def table_inputs(
     )
 
 
-def write_tables(rendered: Mapping[str, Table | str], folder: Path, formats: Sequence[str]) -> dict[str, str]:
+def write_tables(rendered: Mapping[str, PaperTable | str], folder: Path, formats: Sequence[str]) -> dict[str, str]:
     """Each rendered table in ``formats`` (``md``, ``tex``, ``csv``) with its cell trace, and all of
     them in ``tables.md``; returns name → reason for the tables not rendered."""
-    from transferdx.paper.tables import Table
+    from transferdx.paper.tables import PaperTable
 
-    writers: dict[str, Callable[[Table], str]] = {"md": Table.to_markdown, "tex": Table.to_latex, "csv": Table.to_csv}
+    writers: dict[str, Callable[[PaperTable], str]] = {
+        "md": PaperTable.to_markdown,
+        "tex": PaperTable.to_latex,
+        "csv": PaperTable.to_csv,
+    }
     combined, skipped = [], {}
     for name, table in rendered.items():
         if isinstance(table, str):

@@ -1,24 +1,27 @@
 """The study verb, all of it for one backbone: audit → train one retriever per source and seed →
-evaluate each (and the frozen backbone) → ``study.csv`` → agree → match → tables. The training
-plan (which source with which seed, in which order) is :func:`training_plan`."""
+evaluate each (and the frozen backbone) → ``study.csv`` → agree → match → tables (handed the study
+in memory: :func:`transferdx.analysis.study.study_data`, what reading its folder gives). The
+training plan (which source with which seed, in which order) is :func:`training_plan`."""
 
 from __future__ import annotations
 
-import dataclasses
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from transferdx.analysis.studies import read_study
-from transferdx.artifacts import atomic_write_text, csv_text, safe_join
+from transferdx.analysis.study import FROZEN_SOURCE, ndcg_per_query, study_data
+from transferdx.artifacts import atomic_write_text, canonical_json, csv_text, safe_join
+from transferdx.auditing.report import profile_document
 from transferdx.embed import EncoderSpec
 from transferdx.inputs.records import LoadResult
 from transferdx.pipeline.auditing import audit
 from transferdx.pipeline.encoders import encoder_spec
-from transferdx.pipeline.evaluating import evaluate
+from transferdx.pipeline.evaluating import evaluate_each, scores_table
 from transferdx.pipeline.rendering import render_tables
 from transferdx.pipeline.settings import AnalysisSettings, AuditOptions, BenchmarkSettings
 from transferdx.pipeline.training import train
@@ -114,11 +117,14 @@ def study(
     audited.save(safe_join(out, "audit"))
     profile = audited.profile.set_index("source")
     rows = []
+    frozen_scores: dict[str, np.ndarray] = {}  # dataset → the frozen backbone's nDCG@10 per query
+    per_query: dict[str, dict[str, dict[int, np.ndarray]]] = {}  # source → dataset → seed → nDCG@10 per query
     if evaluate_frozen:
-        frozen = evaluate(
+        frozen = evaluate_each(
             spec, benchmark, out=safe_join(out, "evaluate/frozen"), cache_dir=cache_dir, seed=options.seed
         )
-        rows += study_rows(frozen, {"backbone": spec.name, "source": "(frozen)", "kind": "frozen"})
+        frozen_scores = {e.dataset: ndcg_per_query(e.per_query) for e in frozen}
+        rows += study_rows(scores_table(frozen), {"backbone": spec.name, "source": FROZEN_SOURCE, "kind": "frozen"})
     kinds = {r.source: r.kind for r in loaded.records}
     trained = list(sources) + [s for s in dict.fromkeys(kinds) if train_controls and kinds[s] == "control"]
     from tqdm.auto import tqdm
@@ -138,15 +144,27 @@ def study(
         )
         checkpoint = checkpoint_spec(trained_model.model_dir, f"{spec.name}-{source}")
         folder = safe_join(out, f"evaluate/{source}" + (f"/seed{seed}" if several else ""))
-        scores = evaluate(checkpoint, benchmark, out=folder, cache_dir=cache_dir, seed=options.seed)
+        evaluations = evaluate_each(checkpoint, benchmark, out=folder, cache_dir=cache_dir, seed=options.seed)
+        for e in evaluations:
+            per_query.setdefault(source, {}).setdefault(e.dataset, {})[seed] = ndcg_per_query(e.per_query)
         diag = {c: profile.loc[source, c] for c in STUDY_DIAGNOSTICS if c in profile.columns}
         run = {"backbone": spec.name, "source": source, "kind": kinds.get(source, ""), "seed": seed, **diag}
-        rows += study_rows(scores, run, {"model_dir": str(trained_model.model_dir)})
+        rows += study_rows(scores_table(evaluations), run, {"model_dir": str(trained_model.model_dir)})
     table = pd.DataFrame(rows)
     atomic_write_text(safe_join(out, "study.csv"), csv_text(table))
     rendered: dict[str, Any] = {}
     if tables:
-        # the study folder as just written, with the audit's per-negative frame in memory (Table 10)
-        written = dataclasses.replace(read_study(out), negatives=audited.result.negatives)
+        # the study as its folder holds it, from memory: profile.json's content (JSON data, keys
+        # sorted), the audit's frames, every evaluation's per-query nDCG@10
+        written = study_data(
+            out,
+            table,
+            per_query,
+            frozen_scores,
+            json.loads(canonical_json(profile_document(audited.result))),
+            profile,
+            audited.records,
+            audited.result.negatives,
+        )
         rendered = render_tables([written], safe_join(out, "tables"), analysis, sensitivity_dirs=sensitivity_dirs)
     return StudyResult(table, rendered)

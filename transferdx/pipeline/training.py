@@ -11,8 +11,7 @@ from transferdx.embed import EncoderSpec, resolve_model
 from transferdx.inputs.records import LoadResult, Record
 from transferdx.pipeline.encoders import encoder_spec
 from transferdx.presets import default_cache_dir
-from transferdx.training import TrainResult, TrainSettings, run_key
-from transferdx.training import train as _train
+from transferdx.training import TrainResult, TrainSettings, run_key, train_model
 
 
 def train(
@@ -39,4 +38,4 @@ def train(
     _, revision = resolve_model(spec, cache)
     key = run_key(spec, revision, rows, settings, seed)
     folder = safe_join(Path(artifact_dir), f"models/{spec.name}/{source}/seed{seed}-{key}")
-    return _train(rows, spec, settings, folder, seed=seed, cache_dir=cache, source=source, progress=progress)
+    return train_model(rows, spec, settings, folder, seed=seed, cache_dir=cache, source=source, progress=progress)

@@ -90,7 +90,7 @@ def _build_one(
     return built[key]
 
 
-def build_sources(
+def build_from_context(
     ctx: BuildContext,
     names: Sequence[str],
     controls: Sequence[str] = (),
