@@ -20,11 +20,12 @@ from transferdx.auditing.verdict import (
     Context,
     SourceFacts,
     bottom_line,
+    judge,
     margin_mining,
     source_facts,
     verdict_lines,
 )
-from transferdx.diagnostics.suspicion import DL19_PRECISION, HIGH_PRECISION_REASONS, MIN_PROBABILITY
+from transferdx.diagnostics.suspicion import ACT_REASONS, DL19_PRECISION, HIGH_PRECISION_REASONS, MIN_PROBABILITY
 
 BOTTOM = re.compile(r"^- \*\*(?P<source>[^*]+)\*\* \((?P<n>\d+) records?\) — \*\*bottom line: (?P<action>[^.]+)\.\*\*")
 
@@ -40,13 +41,18 @@ def bottom_lines(verdict: str) -> dict[str, tuple[int, str, str]]:
 
 
 def own_counts(result: tdx.Audit, source: str) -> tuple[int, int, int]:
-    """(negatives, suspects, acted on by default cleaning) of ``source``, counted from the table."""
+    """(negatives, suspects, acted on by default cleaning) of ``source``: the suspects counted from
+    ``Audit.suspects``, the one table, and checked against the per-negative columns."""
     neg = result.result.negatives
     sub = neg[neg["source"] == source]
     act = sub["fn_probability"].to_numpy(dtype=float) >= MIN_PROBABILITY
     for reason in HIGH_PRECISION_REASONS:
         act |= sub[f"fn_{reason}"].fillna(False).to_numpy(bool)
-    return len(sub), int(sub["fn_suspect"].sum()), int(act.sum())
+    table = result.suspects[result.suspects["source"] == source]
+    held = table["reasons"].str.split(";")
+    acted = int(held.map(lambda x: bool(set(x) & set(ACT_REASONS))).sum())
+    assert (len(table), acted) == (int(sub["fn_suspect"].sum()), int(act.sum()))
+    return len(sub), len(table), acted
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
@@ -232,13 +238,16 @@ def test_bottom_line_registry_order_and_absolute_flags():
     facts = SourceFacts(n_negatives=400, n_suspects=40, n_act=10, n_copies=4, n_near_copies=6, n_probable=3)
     ctx = Context(facts, "envelope", {"data": "mined.parquet"})
     action, said = bottom_line(row, ctx)
-    assert action == "clean" and "10 of 400 negatives (2.5%)" in said[0]
-    assert "`transferdx-clean input=mined.parquet`" in said[0]
-    assert any("30 of 400 negatives (7.5%) are suspects to review" in s for s in said)
+    assert action == "clean" and "10 of 400 negatives (2.5%)" in said[0] and len(said) == 1
+    assert said[0].endswith("Remove them with `transferdx-clean input=mined.parquet`.")
+    # the suspects left for review are a fact below the bottom line, not a second action
+    j = judge(row, ctx)
+    assert len(j.support) == 1 and j.support[0].startswith("30 of 400 negatives (7.5%) are suspects that default")
     # works without the absolute columns; with them, a re-mine flag outranks cleaning
     flagged = {**row, "absolute_flags": "mostly_inverted", "absolute_flag_reasons": "0.620 > 0.5 of negatives ..."}
     action, said = bottom_line(flagged, ctx)
     assert action == "re-mine" and "0.620 > 0.5" in said[0] and "relative_margin=0.05" in said[0]
+    assert not any("transferdx-clean" in x for x in judge(flagged, ctx).support)
     clean_row = {**row, "absolute_flags": "", "absolute_flag_reasons": ""}
     assert bottom_line(clean_row, Context(SourceFacts(400, 0, 0, 0, 0, 0, 0), "envelope", {}))[0] == "use as is"
 
@@ -262,19 +271,28 @@ def test_fixed_mode_values_are_a_reference_not_flags():
 
 
 def test_source_facts_count_from_the_table():
+    """Every count of suspects is a count of rows of the suspects table (by its ``reasons``); the
+    per-negative table gives the number of negatives and which reasons were checked."""
     records = pd.DataFrame({"source": ["a", "a", "b"], "n_negatives": [2, 1, 2], "s_qp": [0.8, 0.8, 0.8]})
     negatives = pd.DataFrame(
         {
             "s_qn": [0.9, 0.1, 0.2, 0.3, 0.4],
-            "fn_suspect": [True, True, False, False, True],
             "fn_positive_aware": pd.array([True, False, False, False, False], dtype="boolean"),
-            "fn_duplicate_positive": pd.array([False, True, False, False, False], dtype="boolean"),
             "fn_near_duplicate_positive": pd.array([False, False, False, False, True], dtype="boolean"),
             "fn_probability": [0.85, 0.2, 0.1, 0.1, 0.3],
         }
     )
-    facts = source_facts(negatives, records)
+    suspects = pd.DataFrame(
+        {
+            "source": ["a", "a", "b"],
+            "reasons": ["positive_aware;fn_probability", "duplicate_positive", "near_duplicate_positive"],
+            "fn_probability": [0.85, 0.2, 0.3],
+        }
+    )
+    facts = source_facts(suspects, negatives, records)
     assert (facts["a"].n_negatives, facts["a"].n_suspects, facts["a"].n_act, facts["a"].n_copies) == (3, 2, 2, 1)
-    assert facts["a"].n_probable == 1 and facts["a"].n_positive_aware == 1
+    assert facts["a"].n_probable == 1 and facts["a"].n_positive_aware == 1 and facts["a"].n_review == 0
+    assert facts["a"].expected_precision == pytest.approx(0.85) and facts["a"].review_expected is None
     near = "near_duplicate_positive" in HIGH_PRECISION_REASONS
     assert (facts["b"].n_suspects, facts["b"].n_act) == (1, 1 if near else 0)
+    assert (facts["b"].n_near_copies, facts["b"].n_probable, facts["b"].n_copies) == (1, 0, 0)

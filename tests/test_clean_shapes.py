@@ -171,8 +171,9 @@ def copies_positive(shape: str, row: dict) -> bool:
 @pytest.mark.parametrize("shape", ST_SHAPES)
 def test_st_shapes_clean_and_train_as_they_are(tmp_path, model_dir, shape, form):
     """Kills: a copy in another shape or form than the input (records JSONL), columns reordered
-    (``qid`` as the anchor), a copy still holding a copy of a positive, a query dropped because it
-    lost every negative, rows unaccounted for, and a copy the trainer rejects."""
+    (``qid`` as the anchor), a copy still holding a copy of a positive, a negative the input's row
+    did not have (a repeat or a borrowed one: nothing is invented by default), a dropped row not
+    listed, rows unaccounted for, and a copy the trainer rejects."""
     rows = SHAPES[shape]()
     src = write_input(rows, tmp_path, form)
     done = tdx.clean(src, encoder=None, resamples=20, out=tmp_path / "out")
@@ -183,7 +184,16 @@ def test_st_shapes_clean_and_train_as_they_are(tmp_path, model_dir, shape, form)
     assert list(copy.column_names) == input_columns(src, form, cache)
     out_rows = copy.to_list()
     assert not any(copies_positive(shape, r) for r in out_rows)
-    assert {normalise_text(anchor_of(shape, r)) for r in out_rows} == set(POSITIVE)  # none dropped
+    given = {normalise_text(q): {normalise_text(n) for n in negs} for q, _, negs in QUERIES}
+    for r in out_rows:  # every negative written is one the input gave that query, at most once a row
+        written = [normalise_text(n) for n in negatives_of(shape, r)]
+        assert set(written) <= given[normalise_text(anchor_of(shape, r))] and len(written) == len(set(written))
+    dropped = set(done.rows.loc[done.rows["change"] == "dropped", "qid"])
+    kept_anchors = {normalise_text(anchor_of(shape, r)) for r in out_rows}
+    queries = {normalise_text(rec.query): rec.qid for rec in tdx.load(src).records}
+    assert {q for q, qid in queries.items() if q not in kept_anchors} <= {
+        q for q, qid in queries.items() if qid in dropped
+    }
     expected_lost = sum(copies_positive(shape, r) for r in rows)
     acc = done.descriptor["rows"]
     assert acc["read"] == len(rows) and acc["lost_negatives"] == expected_lost > 0
@@ -195,26 +205,29 @@ def test_st_shapes_clean_and_train_as_they_are(tmp_path, model_dir, shape, form)
     assert len(losses) == 2 and all(loss == loss for loss in losses)  # two finite steps ran
 
 
+@pytest.mark.parametrize("fill", ["none", "borrow"])
 @pytest.mark.parametrize("form", ["jsonl", "parquet"])
 @pytest.mark.parametrize("shape", ["flagembedding", "records"])
-def test_list_shapes_keep_their_shape(tmp_path, shape, form):
+def test_list_shapes_keep_their_shape(tmp_path, shape, form, fill):
     """Kills: FlagEmbedding or records tables rewritten into another shape, a line left with an empty
-    ``neg`` list (FlagEmbedding samples from it), and the emptied query missing from the copy."""
+    ``neg`` list (FlagEmbedding samples from it), a borrowed negative nobody asked for (the emptied
+    query's line is dropped and listed), and, with ``fill="borrow"``, the emptied query missing."""
     rows = SHAPES[shape]()
     src = write_input(rows, tmp_path, form)
-    done = tdx.clean(src, encoder=None, resamples=20, out=tmp_path / "out")
+    done = tdx.clean(src, encoder=None, resamples=20, out=tmp_path / "out", fill=fill)
     dest = copy_path(tmp_path / "out", src)
     copy = load_as_user(dest, form, tmp_path / "hf")
     assert list(copy.column_names) == input_columns(src, form, tmp_path / "hf")
     out_rows = copy.to_list()
-    assert len(out_rows) == len(rows) and all(negatives_of(shape, r) for r in out_rows)
+    borrowing = fill == "borrow"
+    assert len(out_rows) == len(rows) - (not borrowing) and all(negatives_of(shape, r) for r in out_rows)
     assert not any(copies_positive(shape, r) for r in out_rows)
-    assert done.descriptor["n_emptied"] == 1 and done.descriptor["n_borrowed"] == 1
+    assert done.descriptor["n_emptied"] == 1 and done.descriptor["n_borrowed"] == borrowing
     changes = dict(zip(done.rows["qid"], done.rows["change"], strict=True))
     emptied_qid = done.emptied["qid"].iloc[0]
-    assert changes[emptied_qid] == "borrowed"
-    again = tdx.load(dest)  # the copy is read back by the package too, every query present
-    assert len(again.records) == len(QUERIES) and not again.exclusions
+    assert changes[emptied_qid] == ("borrowed" if borrowing else "dropped")
+    again = tdx.load(dest)  # the copy is read back by the package too
+    assert len(again.records) == len(QUERIES) - (not borrowing) and not again.exclusions
 
 
 def test_relabel_keeps_every_query_and_labels_pairs(tmp_path):
@@ -241,3 +254,20 @@ def test_relabel_keeps_every_query_and_labels_pairs(tmp_path):
     assert out_rows == [rows[0], rows[1] | {"label": 1}, rows[2], rows[3]]
     assert done.descriptor["n_relabeled"] == 1 and done.descriptor["n_emptied"] == 1
     assert done.descriptor["rows"]["by_change"] == {"relabeled": 1}
+
+
+def test_review_files_carry_text_and_the_users_own_ids(tmp_path):
+    """Kills: removed.csv / emptied.csv without the query, positive and negative texts, and a hashed
+    qid where the user's file had no ids (the row's file:line is given instead) or had its own."""
+    src = write_input(ntuple_rows(), tmp_path, "parquet")
+    done = tdx.clean(src, encoder=None, resamples=20, out=tmp_path / "out")
+    removed = pd.read_csv(tmp_path / "out" / "removed.csv", keep_default_na=False)
+    assert {"input_id", "query", "positive", "negative"} <= set(removed.columns)
+    row = removed.iloc[0]
+    line = next(i for i, (q, _, _) in enumerate(QUERIES, 1) if q == row["query"])
+    assert row["input_id"] == f"{src.name}:{line}" and row["positive"] == QUERIES[line - 1][1]
+    emptied = pd.read_csv(tmp_path / "out" / "emptied.csv", keep_default_na=False)
+    assert emptied["query"].tolist() == ["river about"] and emptied["input_id"].tolist() == [f"{src.name}:2"]
+    with_ids = tdx.clean(pd.DataFrame(records_rows()), encoder=None, resamples=20)  # records carry their own qids
+    assert set(with_ids.removed["input_id"]) <= {f"q{i}" for i in range(len(QUERIES))}
+    assert len(done.removed) == len(removed)

@@ -13,7 +13,7 @@ import transferdx as tdx
 from transferdx import config
 from transferdx.auditing.core import audit_records as core_audit
 from transferdx.auditing.result import Audit
-from transferdx.cleaning import RELABELED_RELATION, clean_records
+from transferdx.cleaning import CONTEXT_COLUMNS, RELABELED_RELATION, clean_records
 from transferdx.diagnostics.suspicion import SuspicionSettings
 from transferdx.diagnostics.tokens import alnum
 from transferdx.inputs.records import LoadResult, Passage, Record
@@ -49,7 +49,10 @@ def test_remove_text_reasons_counts_order_and_emptied():
     """Kills: removing the first occurrence of a repeated negative instead of the repeat, reordering
     the kept negatives or the records (to the audit's sorted order), dropping an emptied record
     without listing it, and counting the emptied record's negative as relabeled."""
-    done = tdx.clean(RECORDS, lexical(RECORDS), action="remove", reasons=TEXT)
+    plain = tdx.clean(RECORDS, lexical(RECORDS), action="remove", reasons=TEXT)  # nothing invented
+    assert [r.qid for r in plain.records] == ["q2", "q3"] and plain.emptied["qid"].tolist() == ["q1"]
+    assert "dropped" in plain.emptied["fallback"].iloc[0] and plain.descriptor["n_borrowed"] == 0
+    done = tdx.clean(RECORDS, lexical(RECORDS), action="remove", reasons=TEXT, fill="borrow")
     assert [r.qid for r in done.records] == ["q2", "q1", "q3"]  # q1 kept, borrowing q3's negatives
     assert done.records[1].negatives == tuple(
         dataclasses.replace(n, relation=BORROWED_RELATION, method="borrowed from q3") for n in RECORDS[2].negatives
@@ -64,11 +67,11 @@ def test_remove_text_reasons_counts_order_and_emptied():
         ["q1", 0, "e", "duplicate_positive", "removed"],
     ]
     assert done.removed["negative"].tolist() == ["  THE   answer ", "alpha", "The Answer"]
-    assert done.emptied.values.tolist()[0][:5] == ["s", "q1", 1, 1, 0]
+    assert done.emptied.drop(columns=CONTEXT_COLUMNS).values.tolist()[0][:5] == ["s", "q1", 1, 1, 0]
     assert "borrowed 2 negatives (borrowed from q3)" in done.emptied["fallback"].iloc[0]
     d = done.descriptor
     assert (d["n_removed"], d["n_relabeled"], d["n_emptied"], d["n_records_out"], d["n_borrowed"]) == (3, 0, 1, 3, 1)
-    assert "1 records left without negatives, kept" in done.summary() and "emptied: s/q1" in done.summary()
+    assert "1 records left without negatives" in done.summary() and "emptied: s/q1" in done.summary()
 
 
 def test_reasons_subset_and_what_cannot_be_cleaned():
@@ -125,7 +128,7 @@ def test_relabel_moves_answering_negatives_after_p0():
     """Kills: relabeling a copy of p or a repeated negative (a duplicate positive), putting the moved
     negative before p0, forgetting the relation mark, and keeping a negative that now copies a
     relabeled one."""
-    done = tdx.clean(ENC_RECORDS, fake_audit(ENC_RECORDS), action="relabel", reasons=ENC)
+    done = tdx.clean(ENC_RECORDS, fake_audit(ENC_RECORDS), action="relabel", reasons=ENC, fill="borrow")
     q1 = done.records[0]
     assert [p.id for p in q1.positives] == ["p", "n2"]
     assert q1.positives[1] == Passage("n2", "close", relation=RELABELED_RELATION)
@@ -141,7 +144,7 @@ def test_relabel_moves_answering_negatives_after_p0():
     assert [p.id for p in done.records[1].positives] == ["p", "n5"]  # q2 kept: borrows q3's negative
     assert [(n.id, n.relation) for n in done.records[1].negatives] == [("m", BORROWED_RELATION)]
     assert [n.id for n in done.records[2].negatives] == ["m"] and len(done.records[2].positives) == 1
-    assert done.emptied.values.tolist()[0][:5] == ["s", "q2", 2, 1, 1]
+    assert done.emptied.drop(columns=CONTEXT_COLUMNS).values.tolist()[0][:5] == ["s", "q2", 2, 1, 1]
     assert (done.descriptor["n_relabeled"], done.descriptor["n_removed"]) == (2, 4)
 
 
@@ -166,8 +169,9 @@ def test_core_takes_the_negatives_csv_frame(tmp_path):
     frame = pd.read_csv(tmp_path / "negatives.csv")
     cleaned, removed, emptied = clean_records(RECORDS, frame, action="remove", reasons=TEXT)
     again = tdx.clean(RECORDS, result, reasons=TEXT)
-    assert [q.record.negatives or q.borrowed for q in cleaned] == [r.negatives for r in again.records]
-    assert removed.equals(again.removed) and emptied.equals(again.emptied)
+    assert [q.fill for q in cleaned if q.fill] == [r.negatives for r in again.records]
+    assert removed.equals(again.removed.drop(columns=CONTEXT_COLUMNS))
+    assert emptied.equals(again.emptied.drop(columns=CONTEXT_COLUMNS))
 
 
 # ---------------------------------------------------------------------------------------------

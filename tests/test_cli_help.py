@@ -3,6 +3,7 @@ without starting Hydra), and the "did you mean" of a mistyped key, a mistyped pr
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -88,6 +89,66 @@ def test_help_does_not_start_hydra():
         proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout == cli_help.help_text("clean") + "\n"
+
+
+# What the pipeline imports and the command line's edges must not: each costs a second or more.
+HEAVY = ("torch", "transformers", "sentence_transformers", "datasets", "pandas", "numpy", "scipy", "sklearn")
+
+
+@pytest.mark.parametrize(
+    ("argv", "status", "expected"),
+    [
+        (["--help"], 0, "transferdx-audit: audit a file"),
+        (["backbone.batch_sizee=16"], 2, "did you mean backbone.batch_size=16?"),
+        (["input=nope.parquet"], 2, "nope.parquet: field '<path>': no such file or folder"),
+    ],
+)
+def test_help_and_error_exits_import_no_heavy_library(tmp_path, argv, status, expected):
+    """``--help`` and the one-line error exits (an unknown setting with its "did you mean", a missing
+    input file) say their piece before torch, pandas or the pipeline are imported: what makes them
+    fast, checked by what is in ``sys.modules`` rather than by a clock."""
+    code = (
+        "import sys\n"
+        f"sys.argv = ['transferdx-audit', *{argv!r}, 'paths.output_root={tmp_path / 'root'}']\n"
+        "from transferdx.cli import audit_main\n"
+        "try:\n"
+        "    audit_main()\n"
+        "    status = 0\n"
+        "except SystemExit as exc:\n"
+        "    status = exc.code\n"
+        f"heavy = [m for m in {HEAVY!r} + ('transferdx.pipeline',) if m in sys.modules]\n"
+        "print('status', status, 'imported', heavy)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert expected in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-1] == f"status {status} imported []", proc.stdout + proc.stderr
+
+
+def test_package_names_are_imported_on_first_use():
+    """``import transferdx`` imports none of the pipeline; ``tdx.audit`` and ``from transferdx import
+    audit`` still give the verb, and every name of ``__all__`` resolves."""
+    code = (
+        "import sys\n"
+        "import transferdx as tdx\n"
+        f"assert not [m for m in {HEAVY!r} + ('transferdx.pipeline',) if m in sys.modules]\n"
+        "from transferdx import audit\n"
+        "from transferdx.pipeline import audit as verb\n"
+        "assert tdx.audit is audit is verb and all(getattr(tdx, n) is not None for n in tdx.__all__)\n"
+        "assert set(tdx.__all__) <= set(dir(tdx))\n"
+        "try:\n"
+        "    tdx.no_such_name\n"
+        "except AttributeError as exc:\n"
+        "    print(exc)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "module 'transferdx' has no attribute 'no_such_name'"
 
 
 @pytest.mark.parametrize(

@@ -127,9 +127,11 @@ def test_suspects_and_negatives_are_the_genuine_sources_by_default(demo, tmp_pat
     assert {"query", "text"} <= set(demo.negatives_of("control").columns)
     with pytest.raises(ValueError, match="kind must be one of"):
         demo.suspects_of("genuine ")
-    # the files still hold every source's rows
+    # suspects.csv is the Python attribute's rows (the user's sources), the controls' in their own file;
+    # negatives.csv still holds every source's rows
     demo.save(tmp_path)
-    assert len(pd.read_csv(tmp_path / "suspects.csv")) == len(demo.suspects_of("all"))
+    assert len(pd.read_csv(tmp_path / "suspects.csv")) == len(demo.suspects)
+    assert len(pd.read_csv(tmp_path / "control_suspects.csv")) == len(demo.control_suspects)
     assert len(pd.read_csv(tmp_path / "negatives.csv")) == len(demo.negatives_of("all"))
 
 

@@ -297,7 +297,7 @@ def shapes_count(lines: list[Line] | None, result: LoadResult) -> None:
         one_per_line()(lines, result)
         return
     for desc in result.descriptors.values():
-        rows = desc["rows"]
+        rows = desc["rows"] if "rows" in desc else desc["lines"]  # headerless text triples count lines
         assert rows["read"] == rows["in_records"] + rows["excluded"]
         assert rows["excluded"] == len(record_excluded(result))
         assert rows["records"] == len(result.records)

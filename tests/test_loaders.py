@@ -230,14 +230,17 @@ def test_one_chooser_serves_paths_configs_and_names(tmp_path, data):
 
 
 def test_registry_knows_the_demo_on_its_own():
-    """``sources/demo.py`` registers the demo; importing only the registry finds it (importing any
-    transferdx module imports the package, which imports ``transferdx.sources``)."""
+    """``sources/demo.py`` registers the demo into the inputs registry (inputs import nothing above
+    them); the package imports its verbs lazily, and any verb that loads imports the sources: the
+    public ``load`` and the registry then both find it in a fresh process."""
     import subprocess
     import sys
 
     code = (
+        "import transferdx as tdx;"
         "from transferdx.inputs.registry import read, read_query_set;"
-        "print(len(read('demo').sources), read_query_set('demo').name)"
+        "n = len(tdx.load('demo').sources);"
+        "print(n, len(read('demo').sources), read_query_set('demo').name)"
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
-    assert out.split() == ["3", "demo"]
+    assert out.split() == ["3", "3", "demo"]

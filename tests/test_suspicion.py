@@ -25,6 +25,10 @@ from transferdx.auditing.report import AUDIT_FILES, write_audit
 from transferdx.diagnostics.fn_combined import features, load_combined
 from transferdx.diagnostics.prior import adjust
 from transferdx.diagnostics.suspicion import (
+    ACT_REASONS,
+    MIN_PROBABILITY,
+    PROBABILITY_REASON,
+    SUSPECT_REASONS,
     SuspicionInputs,
     SuspicionSettings,
     duplicate_negative,
@@ -108,10 +112,10 @@ def test_suspect_negatives_reasons_joined_and_unchecked_is_na():
         s_pn=np.array([1.0, 0.2, 1.0]),
     )
     frame = suspect_negatives(x)
-    assert frame["fn_reasons"].tolist() == [
-        "positive_aware;duplicate_positive;near_duplicate_positive",
+    assert frame["fn_reasons"].tolist() == [  # the copies' fn_probability (0.96) passes the cut too: last
+        "positive_aware;duplicate_positive;near_duplicate_positive;fn_probability",
         "",
-        "positive_aware;duplicate_positive;near_duplicate_positive;duplicate_negative",
+        "positive_aware;duplicate_positive;near_duplicate_positive;duplicate_negative;fn_probability",
     ]
     assert frame["fn_suspect"].tolist() == [True, False, True]
     lexical = suspect_negatives(SuspicionInputs(x.owner, x.neg_ids, x.neg_texts, x.positives))
@@ -122,6 +126,27 @@ def test_suspect_negatives_reasons_joined_and_unchecked_is_na():
     assert counts["n_fn_suspect"].tolist() == [2]
     with pytest.raises(ValueError, match="unknown suspicion reason"):
         get_reason("nope")
+
+
+def test_fn_probability_at_the_cut_is_a_suspect_by_itself():
+    """The one rule of a suspect: a checked reason holds, or fn_probability ≥ MIN_PROBABILITY (reason
+    ``fn_probability``, last). Kills: ``>=`` → ``>`` at the cut, a NaN probability suspected, and the
+    reason added to ``fn_reasons`` without ``fn_suspect`` (or the other way round)."""
+    x = SuspicionInputs(
+        owner=np.array([0, 0, 0, 0]),
+        neg_ids=["a", "b", "c", "d"],
+        neg_texts=["one", "two", "three", "positive"],
+        positives=[["positive"]],
+        s_qp=np.full(4, 0.9),
+        s_qn=np.array([0.1, 0.1, 0.1, 0.1]),
+        s_pn=np.array([0.1, 0.1, 0.1, 0.1]),
+        probability=np.array([MIN_PROBABILITY, np.nextafter(MIN_PROBABILITY, 0), np.nan, 0.95]),
+    )
+    frame = suspect_negatives(x)
+    assert frame["fn_reasons"].tolist() == ["fn_probability", "", "", "duplicate_positive;fn_probability"]
+    assert frame["fn_suspect"].tolist() == [True, False, False, True]
+    assert SUSPECT_REASONS[-1] == PROBABILITY_REASON == "fn_probability" and PROBABILITY_REASON in ACT_REASONS
+    assert record_counts(frame, x.owner, 1)["n_fn_suspect"].tolist() == [2]
     with pytest.raises(ValueError, match="alpha"):
         SuspicionSettings(alpha=0.0)
 
@@ -169,10 +194,10 @@ def test_audit_reasons_counts_and_rates_with_ci():
     assert recs.loc[("g1", "q1"), "n_fn_suspect"] == 3 and recs.loc[("g1", "q2"), "n_fn_suspect"] == 1
     assert g1["s_qn"].iloc[0] == TIE and recs.loc[("g1", "q1"), "s_qp"] == 0.8  # the tie is exact
     c1 = neg[neg["source"] == "c1"]["fn_reasons"].tolist()
-    assert c1 == [
-        "positive_aware;duplicate_positive;near_duplicate_positive",
-        "positive_aware;duplicate_positive;near_duplicate_positive;duplicate_negative",
-        "positive_aware",
+    assert c1 == [  # c1's negatives score fn_probability ≥ 0.80 too: that reason comes last
+        "positive_aware;duplicate_positive;near_duplicate_positive;fn_probability",
+        "positive_aware;duplicate_positive;near_duplicate_positive;duplicate_negative;fn_probability",
+        "positive_aware;fn_probability",
     ]
     rows = result.profile.to_frame().set_index("source")
     assert rows.loc["g1", "fn_suspect_rate"] == pytest.approx(4 / 5)
@@ -267,17 +292,25 @@ def test_suspects_csv_order_content_and_bytes(tmp_path):
     """Kills: sorting ascending, or by s(q,n) alone (g1/q1's exact tie, s(q,n) = 0.76, score 0, must
     follow g1/q2's "close neg", s(q,n) = 0.59, score 0.02), the tie-break by source/qid/neg_index
     dropped (c1's two equal-score copies of p), texts missing or from the wrong record, the file
-    missing from AUDIT_FILES, and non-deterministic bytes."""
+    missing from AUDIT_FILES, the controls' suspects in suspects.csv (they are in
+    control_suspects.csv), and non-deterministic bytes."""
     result = fake_audit()
     paths = write_audit(result, tmp_path / "a", {"seed": 3})
     assert AUDIT_FILES["suspects"] == "suspects.csv" and paths["suspects"].name == "suspects.csv"
-    frame = pd.read_csv(paths["suspects"], keep_default_na=False)
-    assert list(frame.columns[:4]) == ["source", "kind", "qid", "neg_index"]
+    assert paths["control_suspects"].name == "control_suspects.csv"
+    own = pd.read_csv(paths["suspects"], keep_default_na=False)
+    controls = pd.read_csv(paths["control_suspects"], keep_default_na=False)
+    assert set(own["kind"]) == {"genuine"} and set(controls["kind"]) == {"control"}
+    assert list(own.columns[:4]) == ["source", "kind", "qid", "neg_index"]
+    for frame in (own, controls):
+        # ranked by fn_probability (descending), then s(q,n) − 0.95·s(q,p), then source, qid, neg_index
+        prob, score = frame["fn_probability"].to_numpy(), frame["score"].to_numpy()
+        order = list(zip(frame["source"], frame["qid"], frame["neg_index"], strict=True))
+        keys = [(-p, -sc, src, q, k) for p, sc, (src, q, k) in zip(prob, score, order, strict=True)]
+        assert keys == sorted(keys)
+    frame = pd.concat([own, controls], ignore_index=True)
     order = list(zip(frame["source"], frame["qid"], frame["neg_index"], strict=True))
-    # ranked by fn_probability (descending), then s(q,n) − 0.95·s(q,p), then source, qid, neg_index
-    prob, score = frame["fn_probability"].to_numpy(), frame["score"].to_numpy()
-    keys = [(-p, -sc, src, q, k) for p, sc, (src, q, k) in zip(prob, score, order, strict=True)]
-    assert keys == sorted(keys) and len(set(order)) == 7
+    assert len(set(order)) == 7
     assert set(order) == {
         ("c1", "q1", 2),
         ("c1", "q1", 0),
@@ -321,15 +354,18 @@ def test_suspects_csv_order_content_and_bytes(tmp_path):
     np.testing.assert_allclose(scores, frame["s_qn"] - 0.95 * frame["s_qp"])
     at = frame.set_index(["source", "qid", "neg_index"])
     hi = at.loc[("c1", "q1", 2)]
-    assert (hi["negative"], hi["neg_id"], hi["reasons"]) == ("hi", "h", "positive_aware")
-    copy = frame.iloc[0]  # a copy of the positive (s(p0,n) = 1) is the most probable false negative
+    assert (hi["negative"], hi["neg_id"], hi["reasons"]) == ("hi", "h", "positive_aware;fn_probability")
+    copy = controls.iloc[0]  # a copy of the positive (s(p0,n) = 1) is the most probable false negative
     assert (copy["query"], copy["positive"], copy["negative"]) == ("query q1", "positive q1", "positive q1")
-    assert copy["neg_id"] == "w" and copy["reasons"] == "positive_aware;duplicate_positive;near_duplicate_positive"
+    assert copy["neg_id"] == "w" and copy["reasons"] == (
+        "positive_aware;duplicate_positive;near_duplicate_positive;fn_probability"
+    )
     assert copy["s_pn"] == pytest.approx(1.0) and copy["s_qp"] == copy["s_qn"] == pytest.approx(0.8)
     variant = frame[(frame["source"] == "g1") & (frame["neg_index"] == 1) & (frame["qid"] == "q1")].iloc[0]
     assert variant["negative"] == "  POSITIVE   q1 " and variant["reasons"] == "duplicate_positive"
     again = write_audit(fake_audit(), tmp_path / "b", {"seed": 3})
-    assert paths["suspects"].read_bytes() == again["suspects"].read_bytes()
+    for key in ("suspects", "control_suspects"):
+        assert paths[key].read_bytes() == again[key].read_bytes()
     report = paths["report"].read_text()
     assert "## Suspected false negatives" in report and "### c1: top 3 of 3 suspects" in report
     assert "α = 0.95" in report

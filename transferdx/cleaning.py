@@ -24,13 +24,18 @@ Otherwise it is removed: a copy of a positive (``duplicate_positive``) or a repe
 negative (``duplicate_negative``) adds nothing as a positive. A negative left with the normalised
 text of a relabeled one would copy a positive, so it is removed too (reason ``duplicate_positive``).
 
-**A query left without negatives is kept** (never dropped) and listed in ``emptied.csv``: where the
-shape allows a query without negatives (labeled pairs) its positive rows stay; where every row or
-record needs a negative (triplet, n-tuple, FlagEmbedding, records) it *borrows* the kept negatives
-of the next query of its source in input order (cyclically; marked ``borrowed_negative`` in the
-records view) — what a trainer with in-batch negatives would pair it with anyway. Only when no query
-of the source keeps a negative is it not written (``fallback`` says so). Rows that lost negatives
-follow :func:`transferdx.inputs.writing.fill_slots`; every changed row is in ``rows.csv``.
+**Nothing is invented.** Rows keep the negatives the cleaned record still holds, in their order;
+``keep`` (``clean.keep=K``) writes the first K accepted negatives of each row or record (a file
+mined with more negatives than it needs takes its next accepted candidates). A row that lost
+negatives takes the query's next accepted ones not already in it; a row still short of its shape
+(triplet, n-tuple: fixed slots; FlagEmbedding and records: at least one) is dropped and listed in
+``rows.csv``; list shapes (records, FlagEmbedding, labeled lists) keep
+a shorter list; labeled pairs keep a query's positive rows. ``fill`` (``clean.fill``, :data:`FILLS`)
+asks for more: ``repeat`` refills a short row from the query's other kept negatives, then repeats
+its own; ``borrow`` also lets a query left with none take the kept negatives of the next query of
+its source (cyclically; ``borrowed_negative`` in the records view). A query left without negatives
+is listed in ``emptied.csv`` with what became of it (``fallback``); rows follow
+:func:`transferdx.inputs.writing.fill_slots`; every changed row is in ``rows.csv``.
 """
 
 from __future__ import annotations
@@ -49,10 +54,11 @@ from transferdx.artifacts import atomic_write_bytes, atomic_write_text, canonica
 from transferdx.auditing.report import exclusions_frame
 from transferdx.auditing.result import Audit
 from transferdx.diagnostics.suspicion import ENCODER_REASONS, REASONS, RULES, normalise_text
-from transferdx.inputs.records import LoadResult, Passage, Record
+from transferdx.inputs.records import LoadResult, Passage, Record, query_id, text_id
 from transferdx.inputs.transferdx_records import write_records, write_source_folder
 from transferdx.inputs.writing import (
     BORROWED_RELATION,
+    FILLS,
     CleanedQuery,
     Rewritten,
     rows_dataset,
@@ -154,6 +160,30 @@ def review_table(records: Sequence[Record], suspicion: pd.DataFrame, removed: pd
     return frame
 
 
+CONTEXT_COLUMNS = ["input_id", "query", "positive"]  # what a person reviewing a row needs beside its keys
+
+
+def with_context(
+    frame: pd.DataFrame, records: Sequence[Record], origins: Mapping[tuple[str, str], str]
+) -> pd.DataFrame:
+    """``frame`` (rows keyed by ``source``, ``qid``) with :data:`CONTEXT_COLUMNS` after ``qid``:
+    ``input_id`` — the query's id in the user's file, or ``file:line`` of its first row where the file
+    had none (transferdx made the qid from the text) — and the query and reference positive texts."""
+    by_key = {(r.source, r.qid): r for r in records}
+    ids, queries, positives = [], [], []
+    for source, qid in zip(frame["source"].astype(str), frame["qid"].astype(str), strict=True):
+        rec = by_key.get((source, qid))
+        made = rec is not None and qid in (query_id(rec.query), text_id(rec.query))
+        ids.append(origins.get((source, qid), "") if made else qid)
+        queries.append("" if rec is None else rec.query)
+        positives.append("" if rec is None or not rec.positives else rec.positives[0].text)
+    out = frame.copy()
+    at = list(out.columns).index("qid") + 1
+    for offset, (name, values) in enumerate(zip(CONTEXT_COLUMNS, (ids, queries, positives), strict=True)):
+        out.insert(at + offset, name, values)
+    return out
+
+
 def clean_records(
     records: Sequence[Record],
     suspicion: pd.DataFrame,
@@ -161,14 +191,18 @@ def clean_records(
     reasons: Sequence[str] | None = None,
     action: str = "remove",
     min_probability: float | None = None,
+    fill: str = "none",
 ) -> tuple[list[CleanedQuery], pd.DataFrame, pd.DataFrame]:
     """(one cleaned query per record, in input order; removed table; emptied table). ``suspicion``
     has a row per negative of every record (the audit's ``negatives`` frame or ``negatives.csv``);
     ``reasons``: the reasons to act on (None: :data:`DEFAULT_REASONS`); ``min_probability``: also
     act on ``fn_probability ≥`` it (ignored when the frame has no such column). A record left
-    without negatives is kept, borrowing the next record's (see the module docstring)."""
+    without negatives is listed in the emptied table; with ``fill="borrow"`` it borrows the next
+    record's (see the module docstring)."""
     if action not in ACTIONS:
         raise ValueError(f"clean action must be one of {ACTIONS}, got {action!r}")
+    if fill not in FILLS:
+        raise ValueError(f"clean fill must be one of {FILLS}, got {fill!r}")
     if min_probability is not None and not 0.0 <= float(min_probability) <= 1.0:
         raise ValueError(f"clean min_probability must be in [0, 1] or null, got {min_probability!r}")
     chosen = set(reasons_of(suspicion, reasons))
@@ -185,14 +219,14 @@ def clean_records(
         new, rows = _clean_one(rec, hits.get(key, {}), action)
         removed.extend(rows)
         cleaned.append((new, tuple(new.positives[len(rec.positives) :])))
-    queries = _borrow(cleaned)
+    queries = _borrow(cleaned) if fill == "borrow" else [CleanedQuery(rec, added) for rec, added in cleaned]
     emptied = []
     for (rec, _), q, before in zip(cleaned, queries, records, strict=True):
         if rec.negatives:
             continue
         n_relabeled = sum(1 for r in removed if (r[0], r[1]) == (rec.source, rec.qid) and r[-1] == "relabeled")
         n_all = len(before.negatives)
-        emptied.append((rec.source, rec.qid, n_all, n_all - n_relabeled, n_relabeled, _fallback(q)))
+        emptied.append((rec.source, rec.qid, n_all, n_all - n_relabeled, n_relabeled, _fallback(q, fill)))
     return (
         queries,
         pd.DataFrame(removed, columns=REMOVED_COLUMNS),
@@ -224,11 +258,14 @@ def _borrow(cleaned: Sequence[tuple[Record, tuple[Passage, ...]]]) -> list[Clean
     return out
 
 
-def _fallback(query: CleanedQuery) -> str:
+def _fallback(query: CleanedQuery, fill: str) -> str:
+    """What the copy does with a query left without negatives (the emptied table's ``fallback``)."""
     if query.borrowed:
         lender = query.borrowed[0].method
         return f"borrowed {len(query.borrowed)} negatives ({lender}); positives-only where the shape allows"
-    return "no query of the source keeps a negative: positives-only where the shape allows, else not written"
+    if fill == "borrow":
+        return "no query of the source keeps a negative: positives-only where the shape allows, else not written"
+    return "positives-only where the shape allows (labeled pairs), else its rows dropped (clean.fill=borrow lends)"
 
 
 def _clean_one(rec: Record, held: Mapping[int, list[str]], action: str) -> tuple[Record, list[tuple[Any, ...]]]:
@@ -333,11 +370,13 @@ class CleanResult:
         ]
         if len(self.review):
             lines.append(f"{len(self.review)} other suspects listed for review, not removed (review.csv)")
-        lines.append(
-            f"{d['n_emptied']} records left without negatives, kept (emptied.csv: "
-            f"{d['n_borrowed']} borrow the next query's negatives, {d['n_emptied'] - d['n_borrowed']} positives-only "
-            "where the shape allows)"
-        )
+        lines.append(_fill_line(d))
+        if d["n_emptied"]:
+            borrowing = f"{d['n_borrowed']} borrow the next query's negatives; " if d.get("fill") == "borrow" else ""
+            lines.append(
+                f"{d['n_emptied']} records left without negatives (emptied.csv: {borrowing}positives-only where the "
+                "shape allows, else their rows are dropped)"
+            )
         lines += [f"  emptied: {row.source}/{row.qid}" for row in self.emptied.head(20).itertuples()]
         if len(self.emptied) > 20:
             lines.append(f"  … and {len(self.emptied) - 20} more")
@@ -390,6 +429,22 @@ class CleanResult:
         written.append(safe_join(folder, FILES["descriptor"]))
         atomic_write_text(written[-1], canonical_json(dict(self.descriptor)))
         return written
+
+
+def _fill_line(d: Mapping[str, Any]) -> str:
+    """The summary's line on what the copy holds: nothing invented, or the fill asked for."""
+    keep = f"the first {d['keep']} accepted negatives of each row or record; " if d.get("keep") else ""
+    fill = d.get("fill", "none")
+    if fill == "none":
+        return (
+            f"negatives: {keep}none invented — a row left short of its shape is dropped (rows.csv); "
+            "clean.fill=repeat|borrow completes it"
+        )
+    what = {
+        "repeat": "refilled from the query's other kept negatives, then repeated",
+        "borrow": "refilled, repeated, and a query left with none borrows the next query's",
+    }[fill]
+    return f"negatives: {keep}clean.fill={fill}: a short row is {what}"
 
 
 def unchecked_why(checked: Sequence[str]) -> dict[str, str]:

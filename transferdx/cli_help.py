@@ -156,13 +156,15 @@ def command_line_hint(config_name: str, exc: BaseException, argv: Sequence[str])
 
 
 def run_guarded(run: Callable[[DictConfig], Path], cfg: DictConfig) -> None:
-    """``run(cfg)`` owning its output folder (:func:`transferdx.artifacts.claim_folder`); a user error
-    ends with one line and exit status 2."""
+    """``run(cfg)`` owning its output folder (:func:`transferdx.artifacts.claim_folder`), once the
+    ``input=`` file is known to exist (:func:`transferdx.runs.require_input`); a user error ends with
+    one line and exit status 2."""
     from transferdx.artifacts import claim_folder
-    from transferdx.runs import fail, user_error
+    from transferdx.runs import fail, require_input, user_error
 
     try:
         with claim_folder(cfg.output_dir):
+            require_input(cfg)
             run(cfg)
     except Exception as exc:
         message = user_error(exc)
@@ -178,7 +180,9 @@ def entry(
     command line into ``conf/<config_name>.yaml`` and calls ``task`` (which calls :func:`run_guarded`;
     Hydra names the job, and its log file, after the module ``task`` is defined in); bad input, a bad
     setting or a bad command line ends with one line, ``transferdx: error: …`` (with a "did you mean"
-    where one fits), and exit status 2."""
+    where one fits), and exit status 2. Third-party libraries' notices are kept off the console
+    (:func:`transferdx.runs.quiet_libraries`). Neither path imports the pipeline (pandas, torch…)
+    before it has to."""
 
     def main() -> None:
         argv = sys.argv[1:]
@@ -187,8 +191,9 @@ def entry(
             return
         import hydra
 
-        from transferdx.runs import fail, user_error
+        from transferdx.runs import fail, quiet_libraries, user_error
 
+        quiet_libraries()
         _main = hydra.main(config_path=str(config_dir()), config_name=config_name, version_base="1.3")(task)
 
         # Hydra prints its own errors (several lines, exit status 1) unless HYDRA_FULL_ERROR is set, in

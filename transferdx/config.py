@@ -8,21 +8,22 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from transferdx.artifacts import run_id
-from transferdx.auditing.core import FlagSettings, SemanticSettings
-from transferdx.diagnostics.composite import CompositeSettings
-from transferdx.diagnostics.semantic import BandCuts
-from transferdx.diagnostics.suspicion import TEXT_REASONS, SuspicionSettings
-from transferdx.embed import EmbeddingCache, EncoderSpec, with_inferred_source
-from transferdx.inputs.registry import is_query_set, read_corpus
-from transferdx.pipeline.settings import AnalysisSettings, AuditOptions, BenchmarkSettings, InputSettings
 from transferdx.presets import config_dir
-from transferdx.sources.controls import CONTROLS
-from transferdx.training import TrainSettings
+
+# The library's settings are imported where they are built, not here: the command line's error
+# exits import this module (its resolvers name the run folder) and should not pay for pandas or torch.
+if TYPE_CHECKING:
+    from transferdx.auditing.core import SemanticSettings
+    from transferdx.diagnostics.composite import CompositeSettings
+    from transferdx.diagnostics.suspicion import SuspicionSettings
+    from transferdx.embed import EmbeddingCache, EncoderSpec
+    from transferdx.pipeline.settings import AnalysisSettings, AuditOptions, BenchmarkSettings, InputSettings
+    from transferdx.training import TrainSettings
 
 __all__ = ["config_dir"]
 
@@ -208,6 +209,8 @@ def data_options(cfg: DictConfig) -> tuple[str, dict[str, Any]]:
 
 def controls(cfg: DictConfig) -> list[str]:
     """``controls``: ``all``, ``none`` or a list of names."""
+    from transferdx.sources.controls import CONTROLS
+
     if cfg.controls in ("all", "none", None):
         return list(CONTROLS) if cfg.controls == "all" else []
     return [str(c) for c in cfg.controls]
@@ -225,11 +228,15 @@ def self_controls(cfg: DictConfig) -> str | list[str]:
 
 def backbone_spec(cfg: DictConfig) -> EncoderSpec:
     """The ``backbone`` group as a spec; ``backbone.model=<folder or org/name>`` alone infers the source."""
+    from transferdx.embed import EncoderSpec, with_inferred_source
+
     return with_inferred_source(EncoderSpec.from_config(plain_config(cfg.backbone)))
 
 
 def needs_encoder(cfg: DictConfig) -> bool:
     """Whether a run needs the frozen encoder: semantic diagnostics, or dense/neighbour building."""
+    from transferdx.inputs.registry import is_query_set
+
     fmt, _ = data_options(cfg)
     if cfg.diagnostics.semantic:
         return True
@@ -244,6 +251,7 @@ def audit_spec(cfg: DictConfig) -> EncoderSpec:
     name = cfg.get("audit_backbone")
     if not name:
         return backbone_spec(cfg)
+    from transferdx.embed import EncoderSpec, with_inferred_source
     from transferdx.presets import read_preset
 
     return with_inferred_source(EncoderSpec.from_config(read_preset("backbone", str(name))))
@@ -251,6 +259,8 @@ def audit_spec(cfg: DictConfig) -> EncoderSpec:
 
 def build_encoder(cfg: DictConfig) -> EmbeddingCache | None:
     """The frozen encoder with its embedding cache, or None when the run needs none."""
+    from transferdx.embed import EmbeddingCache
+
     if not needs_encoder(cfg):
         return None
     return EmbeddingCache(check_encoder(audit_spec(cfg)), Path(str(cfg.paths.cache_dir)))
@@ -260,6 +270,8 @@ def input_settings(cfg: DictConfig) -> InputSettings:
     """What a run reads: ``input`` (a records file or folder), else the ``data`` group's reader and
     its options, with the ``build`` group's sources, controls, k, slice, BM25 settings, control
     parent and ``external_sources`` (for a query set); ``on_error``, ``seed``."""
+    from transferdx.pipeline.settings import InputSettings
+
     fmt, options = data_options(cfg)
     return InputSettings(
         path=input_path(cfg),
@@ -278,6 +290,9 @@ def input_settings(cfg: DictConfig) -> InputSettings:
 
 
 def semantic_settings(cfg: DictConfig) -> SemanticSettings:
+    from transferdx.auditing.core import SemanticSettings
+    from transferdx.diagnostics.semantic import BandCuts
+
     d = cfg.diagnostics
     return SemanticSettings(
         tau=float(d.tau),
@@ -294,6 +309,8 @@ def semantic_settings(cfg: DictConfig) -> SemanticSettings:
 def composite_settings(node: Any) -> CompositeSettings:
     """``diagnostics.composite``: ε and the exponents (floats), ``resamples`` (null: the audit's
     bootstrap.resamples; 0: no CI); unknown keys are an error."""
+    from transferdx.diagnostics.composite import CompositeSettings
+
     values = dict(plain_config(node)) if OmegaConf.is_config(node) else dict(node)
     valid = {"eps", "exp_rho", "exp_eta", "exp_psi", "zero_tol", "chunk", "resamples"}
     unknown = sorted(set(values) - valid)
@@ -309,6 +326,8 @@ def composite_settings(node: Any) -> CompositeSettings:
 
 def suspicion_settings(node: Any) -> SuspicionSettings:
     """``diagnostics.suspicion``: α, δ (floats) and the score rule (a name); unknown keys are an error."""
+    from transferdx.diagnostics.suspicion import SuspicionSettings
+
     values = dict(plain_config(node)) if OmegaConf.is_config(node) else dict(node)
     unknown = sorted(set(values) - {"alpha", "delta", "rule"})
     if unknown:
@@ -323,6 +342,10 @@ def suspicion_settings(node: Any) -> SuspicionSettings:
 
 def audit_options(cfg: DictConfig) -> AuditOptions:
     """Tokenizer, IDF corpus, frozen-encoder settings, flags, bootstrap, kinds, sample fraction."""
+    from transferdx.auditing.core import FlagSettings
+    from transferdx.inputs.registry import read_corpus
+    from transferdx.pipeline.settings import AuditOptions
+
     idf_texts, idf_label = None, None
     if cfg.idf.name == "external":
         fmt = cfg.idf.get("format", "beir")
@@ -351,6 +374,8 @@ def clean_call(cfg: DictConfig) -> dict[str, Any]:
     path (so the copy keeps its format), or None for the records ``data`` names
     (:func:`input_settings`, loaded by the caller); ``clean.action``, ``clean.reasons``; no encoder
     when every reason asked for is a text reason."""
+    from transferdx.diagnostics.suspicion import TEXT_REASONS
+
     reasons = [str(r) for r in cfg.clean.reasons] if cfg.clean.get("reasons") is not None else None
     options = audit_options(cfg)
     if reasons is not None and set(reasons) <= set(TEXT_REASONS):
@@ -361,6 +386,8 @@ def clean_call(cfg: DictConfig) -> dict[str, Any]:
         "reasons": reasons,
         "action": str(cfg.clean.action),
         "min_probability": _min_probability(cfg.clean.get("min_probability")),
+        "fill": str(cfg.clean.get("fill", "none")),
+        "keep": None if cfg.clean.get("keep") is None else int(cfg.clean.keep),
         "out": Path(cfg.output_dir),
         "options": options,
         "encoder": encoder,
@@ -369,14 +396,20 @@ def clean_call(cfg: DictConfig) -> dict[str, Any]:
 
 
 def train_settings(cfg: DictConfig) -> TrainSettings:
+    from transferdx.training import TrainSettings
+
     return TrainSettings.from_config(plain_config(cfg.training))
 
 
 def benchmark_settings(cfg: DictConfig) -> BenchmarkSettings:
+    from transferdx.pipeline.settings import BenchmarkSettings
+
     return BenchmarkSettings.from_dict(plain_config(cfg.benchmark))
 
 
 def analysis_settings(cfg: DictConfig) -> AnalysisSettings:
+    from transferdx.pipeline.settings import AnalysisSettings
+
     return AnalysisSettings.from_dict(plain_config(cfg))
 
 

@@ -134,7 +134,7 @@ def audit_markdown(verdict: str, profile: Any, n_suspects: int, n_control_suspec
         frame_markdown(profile, PROFILE_HEADERS),
         "",
         f"Suspected false negatives in your sources: {n_suspects:,} (`.suspects`, with their text); "
-        f"in the controls: {n_control_suspects:,} (`.suspects_of('control')`). "
+        f"in the controls the audit built: {n_control_suspects:,} (`.control_suspects`). "
         f"Input items excluded: {n_exclusions:,} (`.exclusions`).",
     ]
     return "\n".join(parts) + "\n"

@@ -1,12 +1,16 @@
 """The edges of a command-line run: the one-line message for an error the user can fix
-(:func:`user_error`), the exit with status 2 (:func:`fail`), and the Hydra callback that keeps an
-explicit ``output_dir`` free of Hydra's log file (:class:`RunFolderCallback`)."""
+(:func:`user_error`), a missing input file said before any work (:func:`require_input`), the exit
+with status 2 (:func:`fail`), third-party libraries kept quiet (:func:`quiet_libraries`,
+:class:`ConsoleFilter`), and the Hydra callback that keeps an explicit ``output_dir`` free of
+Hydra's log file (:class:`RunFolderCallback`)."""
 
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +68,16 @@ def user_error(exc: BaseException) -> str | None:
     return None
 
 
+def require_input(cfg: DictConfig) -> None:
+    """``input=`` naming a file or folder that does not exist: the reader's own one-line error
+    (:func:`transferdx.inputs.registry.load_path`), raised before the verb imports the pipeline
+    (pandas, torch…), so that it comes in a second. A bare word may name a registered input
+    (``input=demo``): the reader decides those."""
+    path = c.input_path(cfg)
+    if path and not path.isidentifier() and not Path(path).exists():
+        raise ValueError(f"{Path(path)}: field '<path>': no such file or folder")
+
+
 def fail(message: str) -> None:
     """Remove the output folders this run made and left empty, print one line, exit 2."""
     for folder in sorted(c.NEW_OUTPUT_DIRS, reverse=True):  # made for this run, still empty: remove
@@ -75,11 +89,51 @@ def fail(message: str) -> None:
     sys.exit(2)
 
 
+# ---------------------------------------------------------------------------------------------
+# Third-party libraries: their notices are for their own developers, not for someone running a verb
+# ---------------------------------------------------------------------------------------------
+
+# Libraries that log to handlers of their own, at the level these variables name (read when the
+# library is first imported): a command-line run sets them to ``error`` unless the user set them.
+LIBRARY_VERBOSITY = ("TRANSFORMERS_VERBOSITY", "HF_HUB_VERBOSITY", "DATASETS_VERBOSITY")
+# Python warnings issued in these packages are not shown on the command line.
+QUIET_PACKAGES = ("transformers", "sentence_transformers", "huggingface_hub", "datasets")
+# Loggers whose records below ERROR the console shows: transferdx's own, and Hydra's (about the
+# command line itself). Every other logger's info and warnings go to the run's ``cli.log`` only (and
+# nowhere with an explicit ``output_dir``, which gets no log file).
+CONSOLE_LOGGERS = ("transferdx", "hydra", "__main__")
+
+
+def quiet_libraries() -> None:
+    """At the start of a command-line run, before any library is imported: transformers,
+    huggingface_hub and datasets log errors only (a user's own ``*_VERBOSITY`` wins), and their Python
+    warnings are ignored. The Python API leaves logging to its caller."""
+    for name in LIBRARY_VERBOSITY:
+        os.environ.setdefault(name, "error")
+    packages = "|".join(re.escape(p) for p in QUIET_PACKAGES)
+    warnings.filterwarnings("ignore", module=rf"({packages})(\.|$)")
+
+
+class ConsoleFilter(logging.Filter):
+    """On the console: records of :data:`CONSOLE_LOGGERS` and every error; a library's info and
+    warnings (sentence-transformers' "Loading SentenceTransformer model …") are left to ``cli.log``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR:
+            return True
+        return any(record.name == name or record.name.startswith(name + ".") for name in CONSOLE_LOGGERS)
+
+
 class RunFolderCallback(Callback):
-    """A Hydra callback (``hydra.callbacks.run_folder`` in ``conf/*.yaml``): with an explicit
+    """A Hydra callback (``hydra.callbacks.run_folder`` in ``conf/*.yaml``), called once Hydra has set
+    up the job's logging: the console handlers get a :class:`ConsoleFilter`; with an explicit
     ``output_dir`` the job's log goes to the console only, no ``<job>.log`` file in the folder."""
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        for handler in logging.getLogger().handlers:
+            console = isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler)
+            if console and not any(isinstance(f, ConsoleFilter) for f in handler.filters):
+                handler.addFilter(ConsoleFilter())
         if c.explicit_output_dir(config) is None:
             return
         folder = Path(str(config.hydra.runtime.output_dir)).resolve()

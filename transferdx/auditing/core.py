@@ -97,7 +97,7 @@ class AuditResult:
     records: pd.DataFrame
     profile: AuditProfile
     exclusions: tuple[Exclusion, ...]
-    # §3.9: one row per suspected false negative, with texts, most suspicious first
+    # §3.9: one row per suspected false negative of every source, with texts, most probable first
     suspects: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=SUSPECT_COLUMNS))
     # the reasons checked and α, δ (α, δ are "not_measured" in a lexical-only audit)
     suspicion: Mapping[str, Any] = field(default_factory=dict)
@@ -253,9 +253,12 @@ def _suspicion(
     confidence: float = 0.95,
 ) -> tuple[pd.DataFrame, dict[str, dict[str, float]]]:
     """Adds the §3.9 columns to ``negatives`` (``fn_<reason>``, ``fn_reasons``, ``fn_suspect``) and
-    ``per_record`` (``n_fn_suspect``, ``n_fn_<reason>``) in place; returns suspects.csv's frame: one
-    row per suspected negative, sorted by s(q,n) − α·s(q,p) descending (undefined last), then
-    source, qid, neg_index. The encoder reasons reuse the audit's embeddings (s_qp, s_qn, s_pn)."""
+    ``per_record`` (``n_fn_suspect``, ``n_fn_<reason>``) in place; returns the suspects table: one
+    row per negative with ``fn_suspect`` (the one rule of
+    :func:`~transferdx.diagnostics.suspicion.suspect_negatives`), every source's (suspects.csv
+    holds the genuine sources' rows, control_suspects.csv the controls'), sorted by
+    ``fn_probability`` descending (undefined last), then s(q,n) − α·s(q,p) descending (undefined
+    last), then source, qid, neg_index. The encoder reasons reuse the audit's embeddings."""
     counts = np.array([len(r.negatives) for r in records], dtype=np.int64)
     owner = np.repeat(np.arange(len(records)), counts)
     nan = np.full(len(owner), np.nan)

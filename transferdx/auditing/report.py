@@ -37,6 +37,7 @@ AUDIT_FILES = {
     "negatives": "negatives.csv",
     "exclusions": "exclusions.csv",
     "suspects": "suspects.csv",
+    "control_suspects": "control_suspects.csv",
     "report": "report.md",
     "plot": "psi.png",
     "plot_profile": "profile.png",
@@ -72,7 +73,10 @@ SUSPICION_REPORT_STATS = [  # §3.9 shares of negatives, each with its CI
     ("near_duplicate_positive_rate", "near_duplicate_positive_rate", "near_duplicate_positive"),
     ("other_positive_rate", "other_positive_rate", "other_positive"),  # not a reason: §3.5's absolute flag
 ]
-SUSPECTS_SHOWN = 10  # per source in report.md; suspects.csv has them all
+SUSPECTS_SHOWN = 10  # per source in report.md; the suspects files have them all
+# kind of source → the file of its suspects (AUDIT_FILES key): the user's own in suspects.csv, the
+# controls' apart, so suspects.csv and Audit.suspects are the same rows
+SUSPECT_FILES = {"genuine": "suspects", "control": "control_suspects"}
 TEXT_WIDTH = 120
 COMPOSITE_STATS = [
     ("composite_logdet", "composite_logdet", "composite_logdet"),
@@ -386,13 +390,14 @@ def _suspects_section(frame: pd.DataFrame, result: AuditResult) -> list[str]:
         " `duplicate_negative` the same passage again among the record's negatives (the first occurrence is not"
         " suspected). Not a suspicion reason: `other_positive`, the passage is a positive of another query of"
         " the file and not of its own (above 0.5, absolute flag `copies_other_positive`). Shares of negatives"
-        " with their 95% percentile bootstrap CI over records; every suspect is"
-        " listed in `suspects.csv`, most probable first: `fn_probability` is the probability of being a false"
+        " with their 95% percentile bootstrap CI over records; every suspect of your sources is"
+        " listed in `suspects.csv` (the controls' in `control_suspects.csv`), most probable first:"
+        " `fn_probability` is the probability of being a false"
         " negative (detectors fitted on TREC-DL19 + DL21 deep judgments, Platt-calibrated, moved to each source's"
-        f" estimated share of false negatives `fn_prior`); default cleaning acts on fn_probability ≥"
-        f" {MIN_PROBABILITY:.2f} (precision {cleaning_cut()['precision']:.3f} out of year on TREC-DL, each year"
-        " scored by the detector fitted on the other) and on copies and near-copies of a positive; the rest is"
-        " for review.",
+        f" estimated share of false negatives `fn_prior`), and fn_probability ≥ {MIN_PROBABILITY:.2f} makes a"
+        " negative a suspect by itself (reason `fn_probability`); default cleaning acts on those (precision"
+        f" {cleaning_cut()['precision']:.3f} out of year on TREC-DL, each year scored by the detector fitted on"
+        " the other) and on copies and near-copies of a positive; the rest is for review.",
         "",
         _markdown_table(_with_ci(frame, SUSPICION_REPORT_STATS)),
         "",
@@ -568,6 +573,11 @@ def profile_document(result: AuditResult) -> dict[str, Any]:
     return safe
 
 
+def _of_kind(suspects: pd.DataFrame, kind: str) -> pd.DataFrame:
+    """The rows of the suspects table whose source is of ``kind``, in the table's order."""
+    return suspects.loc[suspects["kind"] == kind].reset_index(drop=True)
+
+
 def write_audit(result: AuditResult, out_dir: str | Path, settings: Mapping[str, Any]) -> dict[str, Path]:
     """Write every audit artifact into ``out_dir``; returns name → path."""
     out = Path(out_dir)
@@ -580,7 +590,9 @@ def write_audit(result: AuditResult, out_dir: str | Path, settings: Mapping[str,
     atomic_write_csv(paths["records"], result.records)  # streamed: millions of rows at MS MARCO scale
     atomic_write_csv(paths["negatives"], result.negatives)
     atomic_write_text(paths["exclusions"], csv_text(exclusions_frame(result.exclusions)))
-    atomic_write_text(paths["suspects"], csv_text(result.suspects))
+    suspects = {key: _of_kind(result.suspects, kind) for kind, key in SUSPECT_FILES.items()}
+    for key, frame in suspects.items():
+        atomic_write_text(paths[key], csv_text(frame))
     atomic_write_text(paths["report"], render_report(result, settings))
     atomic_write_bytes(paths["plot"], plot_psi(result))
     if semantic:
@@ -594,5 +606,6 @@ def write_audit(result: AuditResult, out_dir: str | Path, settings: Mapping[str,
     write_meta(paths["records"], config, rows=len(result.records))
     write_meta(paths["negatives"], config, rows=len(result.negatives))
     suspicion = {**config, "fn_suspicion": _json_safe(dict(result.suspicion))}
-    write_meta(paths["suspects"], suspicion, rows=len(result.suspects))
+    for key, frame in suspects.items():
+        write_meta(paths[key], suspicion, rows=len(frame))
     return {k: p for k, p in paths.items() if p.exists()}

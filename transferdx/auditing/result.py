@@ -25,15 +25,23 @@ KINDS_OR_ALL = (*KINDS, "all")
 class Audit:
     """One audit: per-source ``profile``, per-record ``records``, per-negative ``negatives`` (with
     ``query`` and ``text`` columns), ``flags``, ``exclusions``; ``save(folder)`` writes the artifacts
-    (the CSV files carry ids only, except ``suspects.csv``: join them with ``records.jsonl`` on ``qid``
-    and ``neg_id``). ``negatives`` and ``suspects`` are the user's own (genuine) sources';
-    ``negatives_of(kind)`` / ``suspects_of(kind)`` give the controls' (``"control"``) or every
-    source's (``"all"``, what ``negatives.csv`` and ``suspects.csv`` hold). In a notebook it shows
-    the verdict and a compact profile."""
+    (the CSV files carry ids only, except the suspects files: join them with ``records.jsonl`` on
+    ``qid`` and ``neg_id``). ``suspects`` is what ``suspects.csv`` holds and what the verdict counts:
+    the user's own (genuine) sources'; ``control_suspects`` is ``control_suspects.csv``, the
+    controls' the audit built. ``negatives`` is the genuine sources' too; ``negatives_of(kind)`` /
+    ``suspects_of(kind)`` give ``"control"`` or every source's (``"all"``: what ``negatives.csv``
+    holds). ``input_path``: the input the audit read (a path is kept absolute), named by the
+    command the verdict says; None: the name in ``settings``. In a notebook it shows the verdict
+    and a compact profile."""
 
     result: AuditResult
     settings: Mapping[str, Any] = field(default_factory=dict)
     texts: Mapping[tuple[str, str], Record] = field(default_factory=dict, repr=False)
+    input_path: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.input_path is not None and Path(self.input_path).exists():
+            object.__setattr__(self, "input_path", str(Path(self.input_path).resolve()))
 
     @property
     def profile(self) -> pd.DataFrame:
@@ -70,14 +78,20 @@ class Audit:
 
     @property
     def suspects(self) -> pd.DataFrame:
-        """One row per suspected false negative (design §3.9) of the genuine sources (the user's own;
-        the controls': :meth:`suspects_of`) with query, positive and negative texts, s(q,p), s(q,n),
-        s(p0,n) and the reasons, most suspicious first."""
+        """One row per suspected false negative (design §3.9: a checked reason holds, or
+        ``fn_probability`` ≥ 0.80) of the genuine sources, the user's own: what ``suspects.csv``
+        holds and every count of suspects the verdict states. Query, positive and negative texts,
+        s(q,p), s(q,n), s(p0,n), ``fn_probability`` and the reasons, most probable first."""
         return self.suspects_of("genuine")
 
+    @property
+    def control_suspects(self) -> pd.DataFrame:
+        """The suspects of the controls the audit built (``control_suspects.csv``), as :attr:`suspects`."""
+        return self.suspects_of("control")
+
     def suspects_of(self, kind: str = "genuine") -> pd.DataFrame:
-        """The suspects of the sources of ``kind``: ``genuine`` | ``control`` | ``all`` (``all``: what
-        ``suspects.csv`` holds), in the same order."""
+        """The suspects of the sources of ``kind``: ``genuine`` (:attr:`suspects`) | ``control``
+        (:attr:`control_suspects`) | ``all``, in the same order."""
         full = self.result.suspects
         return full.loc[self._of_kind(full, kind)].reset_index(drop=True)
 
@@ -137,23 +151,28 @@ class Audit:
     def verdict(self, written: bool = False) -> str:
         """The verdict in plain words (Markdown): each source's bottom line, flags, suspected false
         negatives, the genuine sources by mean ψ (also the top of report.md). ``written``: the
-        artifacts were saved, so it points to suspects.csv; else to the ``.suspects`` attribute."""
+        artifacts were saved, so it points to suspects.csv; else to the ``.suspects`` attribute. Its
+        command names :attr:`input_path`."""
         profile = self.result.profile
         facts = audit_facts(self.result)
-        return "\n".join(verdict_lines(profile.rows, profile.catch_rate, self.settings, written=written, facts=facts))
+        lines = verdict_lines(
+            profile.rows, profile.catch_rate, self.settings, written=written, facts=facts, input_path=self.input_path
+        )
+        return "\n".join(lines)
 
     def summary(self) -> str:
         """The profile as a fixed-width text table (what ``transferdx-audit`` prints)."""
         return self.result.summary()
 
     def save(self, folder: str | Path) -> dict[str, Path]:
-        """Write profile.csv/json, records.csv, negatives.csv, exclusions.csv, suspects.csv, report.md
-        and plots."""
+        """Write profile.csv/json, records.csv, negatives.csv, exclusions.csv, suspects.csv (the
+        genuine sources'), control_suspects.csv, report.md and plots (report.md names the input by
+        the name in ``settings``, so the same data gives the same bytes wherever it lives)."""
         return write_audit(self.result, Path(folder), self.settings)
 
     def __repr__(self) -> str:  # a few lines, not the frames
         return audit_repr(self.profile, len(self.suspects))
 
     def _repr_markdown_(self) -> str:  # notebooks show the verdict and a compact profile
-        n_control = len(self.suspects_of("control"))
+        n_control = len(self.control_suspects)
         return audit_markdown(self.verdict(), self.profile, len(self.suspects), n_control, len(self.result.exclusions))

@@ -1,21 +1,31 @@
 """The verdict: what an audit says about each source, in plain words (the top of report.md and the
 end of ``transferdx-audit``'s output). Pure: profile rows and per-source facts in, Markdown lines out.
 
-Each genuine source opens with a **bottom line**, one of :data:`BOTTOM_LINE_ACTIONS` (the most
-severe advice that applies, :data:`ADVICE`): re-mine (an absolute flag says the negatives are mostly inverted,
-or mostly another query's positive), clean (negatives copy a positive, are near-copies of one, or
-have ``fn_probability`` ≥ :data:`~transferdx.diagnostics.suspicion.MIN_PROBABILITY`, the
-high-precision part of the suspicion), review the listed suspects (the rest of the suspicion, whose
-precision on deep judgments is little above the base rate), or use as is; mostly easy negatives are
-a note, not an action. Every sentence names the number behind it. A source with fewer than
+Each genuine source gets **one action**, its **bottom line**: the first of :data:`BOTTOM_LINE_ACTIONS`
+whose advice (:data:`ADVICE`, a registry in that order) finds something, so re-mine beats clean beats
+review beats use as is. Re-mine: an absolute flag says the negatives are mostly inverted, or mostly
+another query's positive. Clean: suspects with a reason of
+:data:`~transferdx.diagnostics.suspicion.ACT_REASONS` (copies and near-copies of a positive,
+``fn_probability`` ≥ :data:`~transferdx.diagnostics.suspicion.MIN_PROBABILITY`), what default
+cleaning removes. Review the listed suspects: the other suspects (the rule's precision on deep
+judgments is little above the base rate). Use as is: nothing of the above. Each advice that applies
+is a :class:`Finding`: a fact (the number behind it) and an instruction; the bottom line says the
+facts of its action and its instruction, the milder findings follow as ``Also:`` lines, facts only
+(mostly easy negatives are always such a note). The one command said, ``transferdx-clean``, names
+the input the audit read and runs as printed (:func:`clean_command`). Every count of suspects comes
+from the audit's one suspects table (:func:`source_facts`). A source with fewer than
 :data:`MIN_RECORDS` records gets a warning instead of a place in the ranking."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
+import re
+import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -23,12 +33,15 @@ import pandas as pd
 
 from transferdx.diagnostics.fn_combined import cleaning_cut
 from transferdx.diagnostics.suspicion import (
+    ACT_REASONS,
     DL19_BASE_RATE,
     DL19_PRECISION,
     DL19_WHAT,
-    HIGH_PRECISION_REASONS,
     MIN_PROBABILITY,
+    PROBABILITY_REASON,
+    SUSPECT_REASONS,
 )
+from transferdx.presets import preset_names
 
 if TYPE_CHECKING:
     from transferdx.auditing.core import AuditResult
@@ -71,7 +84,6 @@ DIRECTIONS: dict[str, tuple[str, str, str]] = {
 }
 # the random-mix controls, mildest first (the verdict's ladder sentence and the paper's ladder figure)
 LADDER = ("random_mix_25", "random_mix_50", "random_mix_75", "random_mix_100")
-BOTTOM_LINE_ACTIONS = ("re-mine", "clean", "review the listed suspects", "use as is")  # most severe first
 # a mining margin shows when the hardest negative of the file stops within MARGIN_EDGE below the
 # positive-aware bar α·s(q,p) (a random or easy file stops far below it)
 MARGIN_EDGE = 0.10
@@ -104,10 +116,11 @@ def margin_mining(s_qp: np.ndarray, s_qn: np.ndarray, alpha: float = 0.95) -> Ma
 
 @dataclass(frozen=True)
 class SourceFacts:
-    """What the bottom line counts per source, from the per-negative table: negatives, suspects,
-    those default cleaning acts on (``n_act``: :data:`HIGH_PRECISION_REASONS` or ``fn_probability`` ≥
-    :data:`MIN_PROBABILITY`), copies and near-copies of a positive, probable false negatives, the
-    positive-aware hits (None when not checked), a mining margin, and whether it is a cleaned copy."""
+    """What the bottom line counts per source, every count of suspects from the audit's one suspects
+    table: negatives, suspects, those default cleaning removes (``n_act``: a reason of
+    :data:`~transferdx.diagnostics.suspicion.ACT_REASONS`), copies and near-copies of a positive,
+    those with ``fn_probability`` ≥ :data:`MIN_PROBABILITY` (``n_probable``), the positive-aware
+    hits (None where a reason was not checked), a mining margin, and whether it is a cleaned copy."""
 
     n_negatives: int = 0
     n_suspects: int = 0
@@ -121,21 +134,41 @@ class SourceFacts:
     expected_precision: float | None = None  # mean fn_probability of the probable ones (this file's estimate)
     review_expected: float | None = None  # mean fn_probability of the suspects left for review
 
+    @property
+    def n_review(self) -> int:
+        """The suspects default cleaning leaves in place: for review."""
+        return self.n_suspects - self.n_act
 
-def _count(frame: pd.DataFrame, column: str) -> int | None:
-    if column not in frame or frame[column].isna().any():
-        return None
-    return int(frame[column].astype(bool).sum())
+
+def _checked(frame: pd.DataFrame, reason: str) -> bool:
+    """Whether the audit checked ``reason`` on these negatives (its column has no NA)."""
+    column = f"fn_{reason}"
+    return column in frame and not frame[column].isna().any()
+
+
+def _held(suspects: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Reason → which rows of ``suspects`` hold it (each distinct ``reasons`` text parsed once)."""
+    joined = suspects["reasons"].fillna("").astype(str) if "reasons" in suspects else pd.Series([], dtype=str)
+    codes, patterns = pd.factorize(joined)
+    sets = [set(str(text).split(";")) for text in patterns]
+    return {r: np.asarray([r in x for x in sets], dtype=bool)[codes] for r in SUSPECT_REASONS}
+
+
+def _mean(values: np.ndarray) -> float | None:
+    return float(values.mean()) if len(values) and not np.isnan(values).any() else None
 
 
 def source_facts(
+    suspects: pd.DataFrame,
     negatives: pd.DataFrame,
     records: pd.DataFrame,
     descriptors: Mapping[str, Any] | None = None,
     alpha: float = 0.95,
 ) -> dict[str, SourceFacts]:
-    """:class:`SourceFacts` per source of an audit's per-negative and per-record tables (records in
-    the audit's order, each owning ``n_negatives`` consecutive rows of ``negatives``)."""
+    """:class:`SourceFacts` per source. Every count of suspects is a count of rows of ``suspects``
+    (the audit's one table: ``source``, ``reasons``, ``fn_probability``); ``negatives`` and
+    ``records`` (the audit's order, each record owning ``n_negatives`` consecutive rows of
+    ``negatives``) give the number of negatives, which reasons were checked and the mining margin."""
     out: dict[str, SourceFacts] = {}
     if "source" not in records or not len(records):
         return out
@@ -147,20 +180,23 @@ def source_facts(
         if "fn_probability" in negatives
         else np.full(len(negatives), np.nan)
     )
+    held = _held(suspects)
+    sus_source = suspects["source"].to_numpy() if "source" in suspects else np.asarray([], dtype=object)
+    sus_prob = (
+        suspects["fn_probability"].to_numpy(dtype=np.float64)
+        if "fn_probability" in suspects
+        else np.full(len(suspects), np.nan)
+    )
     for name in dict.fromkeys(records["source"]):
         rows = np.flatnonzero(neg_source == name)
         sub = negatives.iloc[rows]
-        act = np.zeros(len(rows), dtype=bool)
-        for reason in HIGH_PRECISION_REASONS:
-            if f"fn_{reason}" in sub:
-                act |= sub[f"fn_{reason}"].fillna(False).to_numpy(bool)
-        p = prob[rows]
-        probable = None if not scored or np.isnan(p).any() else int((p >= MIN_PROBABILITY).sum())
-        expected = float(p[p >= MIN_PROBABILITY].mean()) if probable else None
-        act |= np.nan_to_num(p, nan=-1.0) >= MIN_PROBABILITY
-        suspect = sub["fn_suspect"].astype(bool).to_numpy() if "fn_suspect" in sub else np.zeros(len(rows), bool)
-        review = suspect & ~act
-        review_expected = float(p[review].mean()) if review.any() and not np.isnan(p[review]).any() else None
+        mine = np.flatnonzero(sus_source == name)
+        has = {r: hit[mine] for r, hit in held.items()}
+        act = np.zeros(len(mine), dtype=bool)
+        for reason in ACT_REASONS:
+            act |= has[reason]
+        p = sus_prob[mine]
+        probable = int(has[PROBABILITY_REASON].sum()) if scored and not np.isnan(prob[rows]).any() else None
         margin = None
         if scored and len(rows):
             s_qp = records["s_qp"].to_numpy(dtype=np.float64)[owner[rows]]
@@ -168,16 +204,18 @@ def source_facts(
         cleaned = (descriptors or {}).get(name, {}).get("cleaned")
         out[str(name)] = SourceFacts(
             n_negatives=len(rows),
-            n_suspects=int(sub["fn_suspect"].astype(bool).sum()) if "fn_suspect" in sub else 0,
+            n_suspects=len(mine),
             n_act=int(act.sum()),
-            n_copies=_count(sub, "fn_duplicate_positive") or 0,
-            n_near_copies=_count(sub, "fn_near_duplicate_positive"),
+            n_copies=int(has["duplicate_positive"].sum()),
+            n_near_copies=int(has["near_duplicate_positive"].sum())
+            if _checked(sub, "near_duplicate_positive")
+            else None,
             n_probable=probable,
-            n_positive_aware=_count(sub, "fn_positive_aware"),
+            n_positive_aware=int(has["positive_aware"].sum()) if _checked(sub, "positive_aware") else None,
             margin=margin,
             cleaned=cleaned if isinstance(cleaned, Mapping) else None,
-            expected_precision=expected,
-            review_expected=review_expected,
+            expected_precision=_mean(p[has[PROBABILITY_REASON]]) if probable else None,
+            review_expected=_mean(p[~act]),
         )
     return out
 
@@ -186,7 +224,7 @@ def audit_facts(result: AuditResult) -> dict[str, SourceFacts]:
     """:func:`source_facts` of an :class:`~transferdx.auditing.core.AuditResult`."""
     alpha = result.suspicion.get("alpha")
     alpha = float(alpha) if isinstance(alpha, (int, float)) else 0.95
-    return source_facts(result.negatives, result.records, result.profile.descriptors, alpha)
+    return source_facts(result.suspects, result.negatives, result.records, result.profile.descriptors, alpha)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,15 +291,36 @@ def prior_sentence(row: Mapping[str, Any]) -> str | None:
     )
 
 
-def clean_command(settings: Mapping[str, Any] | None) -> str:
-    """The command that cleans the audited input: ``transferdx-clean input=<file>`` (``data=<name>``
-    for a bundled data set, the Python call for records given in memory)."""
-    label = str((settings or {}).get("data") or "(in memory)")
-    if label == "(in memory)":
+IN_MEMORY = "(in memory)"  # the data label of records given in memory (pipeline.auditing)
+# a value Hydra and bash both take unquoted; anything else is quoted for both
+PLAIN_VALUE = re.compile(r"[A-Za-z0-9_./:@+-]+")
+
+
+@functools.cache
+def _data_presets() -> frozenset[str]:
+    return frozenset(preset_names("data"))
+
+
+def override(key: str, value: str) -> str:
+    """``key=value`` as typed in bash: plain when safe, else Hydra's double quotes inside the shell's
+    (a backslash doubled only before a quote or at the end, as Hydra reads them)."""
+    if PLAIN_VALUE.fullmatch(value):
+        return f"{key}={value}"
+    inner = re.sub(r'(\\*)("|$)', lambda m: m.group(1) * 2 + ("\\" + m.group(2) if m.group(2) else ""), value)
+    return shlex.quote(f'{key}="{inner}"')
+
+
+def clean_command(settings: Mapping[str, Any] | None, input_path: str | None = None, lexical: bool = False) -> str:
+    """The command that cleans the input the audit read, as it runs when pasted into bash:
+    ``transferdx-clean input=<input_path>`` (else the input's name as the artifacts record it),
+    ``data=<name>`` for a bundled data set, the Python call for records given in memory;
+    ``diagnostics=lexical`` when the audit ran without an encoder."""
+    label = str(input_path or (settings or {}).get("data") or IN_MEMORY)
+    if label == IN_MEMORY:
         return "`transferdx.clean(records, audit)`"
-    if label == "demo":
-        return "`transferdx-clean data=demo`"
-    return f"`transferdx-clean input={label}`"
+    preset = label in _data_presets() and not Path(label).exists()
+    argument = f"data={label}" if preset else override("input", label)
+    return f"`transferdx-clean {argument}{' diagnostics=lexical' if lexical else ''}`"
 
 
 def _absolute(row: Mapping[str, Any]) -> dict[str, str] | None:
@@ -280,22 +339,38 @@ def _absolute(row: Mapping[str, Any]) -> dict[str, str] | None:
 
 @dataclass(frozen=True)
 class Context:
-    """What the advice reads next to a source's row: its facts, the flag mode and the settings."""
+    """What the advice reads next to a source's row: its facts, the flag mode, the settings, and the
+    path of the input the audit read (None: the name the settings record)."""
 
     facts: SourceFacts
     mode: str
     settings: Mapping[str, Any]
+    input_path: str | None = None
 
 
-Advice = Callable[[Mapping[str, Any], Context], "str | None"]
+@dataclass(frozen=True)
+class Finding:
+    """What one advice found: ``fact`` (the finding and the number behind it) and ``act`` (what to
+    do, said only when its action is the bottom line). ``lead_only``: said only as the bottom line
+    (the summary of a source where nothing else applies)."""
+
+    fact: str
+    act: str = ""
+    lead_only: bool = False
+
+    def said(self) -> str:
+        return f"{self.fact} {self.act}" if self.act else self.fact
 
 
-def _on_flag(flag: str, text: str) -> Advice:
-    """Advice that fires on the absolute flag ``flag`` and says ``text`` with its reason in ``{reason}``."""
+Advice = Callable[[Mapping[str, Any], Context], "Finding | None"]
 
-    def advice(row: Mapping[str, Any], ctx: Context) -> str | None:
+
+def _on_flag(flag: str, fact: str, act: str) -> Advice:
+    """Advice that fires on the absolute flag ``flag``: ``fact`` with its reason in ``{reason}``, and ``act``."""
+
+    def advice(row: Mapping[str, Any], ctx: Context) -> Finding | None:
         reason = (_absolute(row) or {}).get(flag)
-        return None if reason is None else text.format(reason=reason)
+        return None if reason is None else Finding(fact.format(reason=reason), act)
 
     advice.__name__ = f"_on_{flag}"
     return advice
@@ -304,36 +379,35 @@ def _on_flag(flag: str, text: str) -> Advice:
 _remine_inverted = _on_flag(
     "mostly_inverted",
     "Most negatives outscore the positive under the frozen encoder ({reason}): the labels, not the"
-    " encoder, are the likelier error. Re-mine with a margin below the positive, e.g. sentence-transformers"
-    " `mine_hard_negatives(..., relative_margin=0.05)`, or skip the top ranks with `range_min=10`.",
+    " encoder, are the likelier error.",
+    "Re-mine with a margin below the positive: sentence-transformers' `mine_hard_negatives` with"
+    " `relative_margin=0.05`, or `range_min=10` to skip the top ranks.",
 )
 _remine_other_positive = _on_flag(
     "copies_other_positive",
     "Most negatives are passages the file labels relevant to another query ({reason}): they are already"
-    " in-batch negatives under MNRL, so the source was assembled from the file's positives, not mined."
-    " Re-mine from the corpus, e.g. sentence-transformers `mine_hard_negatives(..., corpus=...)` over the"
-    " full passage collection.",
+    " in-batch negatives under MNRL, so the source was assembled from the file's positives, not mined.",
+    "Re-mine from the corpus: sentence-transformers' `mine_hard_negatives` with `corpus=` the full passage collection.",
 )
 
 
 EASY_NOTE = "The negatives are mostly easy"
 
 
-def _easy(row: Mapping[str, Any], ctx: Context) -> str | None:
+def _easy(row: Mapping[str, Any], ctx: Context) -> Finding | None:
     """Mostly easy negatives are a note, not a reason to re-mine: easy negatives waste compute, and
     in the package's own validation (docs/validation.md) sources flagged so did not train worse."""
     reason = (_absolute(row) or {}).get("mostly_easy")
     if reason is None:
         return None
-    return (
+    return Finding(
         f"{EASY_NOTE} ({reason}): each adds under a tenth of a tied negative's gradient, so they add"
-        " little over in-batch negatives. Not a defect: in transferdx's own validation, sources flagged"
-        " so did not train worse (docs/validation.md); harder ones from the top ranks of a dense retriever"
-        ' (sentence-transformers `mine_hard_negatives(..., range_max=20, sampling_strategy="top")`) may help.'
+        " little over in-batch negatives; not a defect: in transferdx's own validation, sources flagged"
+        " so did not train worse (docs/validation.md)."
     )
 
 
-def _clean(row: Mapping[str, Any], ctx: Context) -> str | None:
+def _clean(row: Mapping[str, Any], ctx: Context) -> Finding | None:
     f = ctx.facts
     absolute = _absolute(row) or {}
     copies = [absolute[n] for n in ("copies_positive", "near_copies_positive") if n in absolute]
@@ -352,17 +426,18 @@ def _clean(row: Mapping[str, Any], ctx: Context) -> str | None:
             f"{f.n_probable} have fn_probability ≥ {MIN_PROBABILITY:.2f} ({_probability_precision()}{expected})"
         )
     flagged = f" Absolute flag: {'; '.join(copies)}." if copies else ""
-    return (
-        f"{_share(f.n_act, f.n_negatives)} are probable false negatives: {', '.join(parts)}.{flagged}"
-        f" Remove them with {clean_command(ctx.settings)}."
+    lexical = f.n_near_copies is None and f.n_probable is None
+    return Finding(
+        f"{_share(f.n_act, f.n_negatives)} are probable false negatives: {', '.join(parts)}.{flagged}",
+        f"Remove them with {clean_command(ctx.settings, ctx.input_path, lexical)}.",
     )
 
 
-def _by_construction(row: Mapping[str, Any], ctx: Context) -> str | None:
+def _by_construction(row: Mapping[str, Any], ctx: Context) -> Finding | None:
     m = ctx.facts.margin
     if m is None or ctx.facts.n_positive_aware != 0:
         return None
-    return (
+    return Finding(
         f"Its mining already applied a margin with this encoder: every negative scores at most"
         f" {1 - m.relative:.3f}·s(q,p) (a relative margin of {m.relative:.3f}; the smallest gap s(q,p) − s(q,n) is"
         f" {m.absolute:.3f}), below the positive-aware bar {m.alpha}·s(q,p), so that rule finds 0 suspects by"
@@ -370,15 +445,15 @@ def _by_construction(row: Mapping[str, Any], ctx: Context) -> str | None:
     )
 
 
-def _review(row: Mapping[str, Any], ctx: Context) -> str | None:
+def _review(row: Mapping[str, Any], ctx: Context) -> Finding | None:
     f = ctx.facts
-    rest = f.n_suspects - f.n_act
+    rest = f.n_review
     flags = str(row.get("flags") or "") if ctx.mode == "envelope" else ""
     out = []
     if rest > 0:
         out.append(
-            f"{_share(rest, f.n_negatives)} are suspects to review, not to remove: the suspicion rule's"
-            f" {_precision('default_rule')}"
+            f"{_share(rest, f.n_negatives)} are suspects that default cleaning leaves in place: the suspicion"
+            f" rule's {_precision('default_rule')}"
             + (
                 f"; on this file their mean fn_probability is {f.review_expected:.2f}, so about"
                 f" {round(f.review_expected * rest)} of them are expected to be false negatives"
@@ -389,10 +464,12 @@ def _review(row: Mapping[str, Any], ctx: Context) -> str | None:
         )
     if flags:
         out.append(f"Against the other sources' range (envelope): {row.get('flag_reasons')}.")
-    return " ".join(out) or None
+    if not out:
+        return None
+    return Finding(" ".join(out), "Read them before training on the file." if rest > 0 else "")
 
 
-def _use(row: Mapping[str, Any], ctx: Context) -> str | None:
+def _use(row: Mapping[str, Any], ctx: Context) -> Finding | None:
     f = ctx.facts
     inv = _num(row, "inversion_rate")
     said = f"{f.n_suspects} of its {f.n_negatives} negatives are suspected false negatives"
@@ -400,28 +477,43 @@ def _use(row: Mapping[str, Any], ctx: Context) -> str | None:
         said += f", {f.n_probable} have fn_probability ≥ {MIN_PROBABILITY:.2f}"
     if not math.isnan(inv):
         said += f", and in {inv:.1%} of records a negative scores at least as high as the positive"
-    return said + "."
+    return Finding(said + ".", lead_only=True)
 
 
-# action → the advice that leads to it, in the order said; the first action with any advice wins
+# action → the advice that finds it, most severe action first (:data:`BOTTOM_LINE_ACTIONS`); the first
+# action with a finding is the bottom line, the milder findings are said as facts
 ADVICE: tuple[tuple[str, tuple[Advice, ...]], ...] = (
     ("re-mine", (_remine_inverted, _remine_other_positive)),
     ("clean", (_clean,)),
     ("review the listed suspects", (_review,)),
     ("use as is", (_by_construction, _use, _easy)),
 )
+BOTTOM_LINE_ACTIONS = tuple(action for action, _ in ADVICE)  # most severe first: the order that decides
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A source's one ``action``, what ``lead`` says with it (its findings: facts and instruction),
+    and the ``support`` (the milder findings' facts, no instruction)."""
+
+    action: str
+    lead: tuple[str, ...]
+    support: tuple[str, ...]
+
+
+def judge(row: Mapping[str, Any], ctx: Context) -> Judgement:
+    """The first action of :data:`ADVICE` with a finding, its findings, and the milder ones' facts."""
+    found = [(action, f) for action, rules in ADVICE for rule in rules if (f := rule(row, ctx)) is not None]
+    action = found[0][0]
+    lead = tuple(f.said() for a, f in found if a == action)
+    support = tuple(f.fact for a, f in found if a != action and not f.lead_only)
+    return Judgement(action, lead, support)
 
 
 def bottom_line(row: Mapping[str, Any], ctx: Context) -> tuple[str, list[str]]:
-    """(action, sentences): the most severe action of :data:`ADVICE` that applies and its sentences,
-    then the sentences of the milder ones that apply too."""
-    said = [(action, text) for action, rules in ADVICE for rule in rules if (text := rule(row, ctx))]
-    action = said[0][0]
-    lead = [text for a, text in said if a == action]
-    rest = [text for a, text in said if a != action and a != "use as is"]
-    if action != "use as is":
-        rest += [text for a, text in said if a == "use as is" and text.startswith(("Its mining", EASY_NOTE))]
-    return action, lead + rest
+    """(action, sentences): :func:`judge`'s action and what the bottom line says with it."""
+    j = judge(row, ctx)
+    return j.action, list(j.lead)
 
 
 def _small(n: int) -> str | None:
@@ -453,13 +545,15 @@ def verdict_lines(
     *,
     facts: Mapping[str, SourceFacts] | None = None,
     written: bool = True,
+    input_path: str | None = None,
 ) -> list[str]:
     """The verdict section: per genuine source its bottom line (:func:`bottom_line`), a small-sample
     warning, the suspects with the rule's measured precision, inversions, what the controls built
     from it show; the controls caught; the genuine sources by mean ψ (the study's finding, not a
     validated predictor here) with whether neighbouring CIs overlap; what each direction means.
     ``facts``: :func:`source_facts` (without them the counts come from the profile's rates);
-    ``written``: whether suspects.csv was written (the Python verdict points to ``.suspects``)."""
+    ``written``: whether suspects.csv was written (the Python verdict points to ``.suspects``);
+    ``input_path``: the input the audit read, for the command said (None: the name in ``settings``)."""
     settings = dict(settings or {})
     settings["_suspects_where"] = "suspects.csv lists them" if written else "`.suspects` lists them"
     genuine = [r for r in rows if r.get("kind") == "genuine" and _num(r, "n_records") > 0]
@@ -469,9 +563,10 @@ def verdict_lines(
     for row in genuine:
         name, n = str(row["source"]), int(_num(row, "n_records"))
         f = (facts or {}).get(name) or _facts_from_row(row)
-        action, sentences = bottom_line(row, Context(f, mode, settings))
+        j = judge(row, Context(f, mode, settings, input_path))
         unit = "record" if n == 1 else "records"
-        out.append(f"- **{name}** ({n} {unit}) — **bottom line: {action}.** " + " ".join(sentences))
+        out.append(f"- **{name}** ({n} {unit}) — **bottom line: {j.action}.** " + " ".join(j.lead))
+        out += [f"  Also: {fact}" for fact in j.support]
         if (small := _small(n)) is not None:
             out.append(small)
         if f.cleaned:

@@ -18,10 +18,14 @@ Next to the reasons, every negative gets ``fn_probability``: the probability tha
 negative, from the shipped detectors (:func:`probabilities`: Platt-calibrated logistic regressions
 fitted on TREC-DL19 + DL21; ``multi`` with the other sources' agreement where two or more genuine
 sources hold the query, ``single`` elsewhere), moved by the audit to each source's own estimated
-share of false negatives (:mod:`transferdx.diagnostics.prior`; NaN without an encoder). Default
-cleaning acts on negatives with ``fn_probability ≥`` :data:`MIN_PROBABILITY` (chosen out of year) and
-on copies of a positive (:data:`HIGH_PRECISION_REASONS`); the rest is for review.
-:data:`DL19_PRECISION` is each fixed rule's measured precision on DL19.
+share of false negatives (:mod:`transferdx.diagnostics.prior`; NaN without an encoder).
+
+One rule says what a suspect is (:func:`suspect_negatives`, hence ``fn_suspect``, suspects.csv and
+every count the verdict states): a checked reason holds, or ``fn_probability ≥``
+:data:`MIN_PROBABILITY` (reason ``fn_probability``, :data:`PROBABILITY_REASON`, listed after the
+others). Default cleaning acts on :data:`ACT_REASONS` (copies and near-copies of a positive, and
+``fn_probability``); the other suspects are for review. :data:`DL19_PRECISION` is each fixed
+rule's measured precision on DL19.
 
 ``positive_aware``, ``combined`` and ``near_duplicate_positive`` need the frozen encoder
 (:data:`ENCODER_REASONS`); a lexical-only audit leaves them *unchecked* (NA), never False, and the
@@ -53,6 +57,11 @@ MIN_PROBABILITY = float(cleaning_cut("single")["cut"])
 # by definition (DL19 has none, so it is not measured there); a near-copy (s(p0,n) ≥ δ) was one in
 # DL19_PRECISION["near_duplicate_positive"] of cases there (0.78, against 0.66 for positive_aware).
 HIGH_PRECISION_REASONS = ("duplicate_positive", "near_duplicate_positive")
+# fn_probability ≥ MIN_PROBABILITY makes a negative a suspect whatever the other reasons say (the same
+# name as transferdx.cleaning's reason); a suspect's reasons are joined in SUSPECT_REASONS order
+PROBABILITY_REASON = "fn_probability"
+SUSPECT_REASONS = (*REASONS, PROBABILITY_REASON)
+ACT_REASONS = (*HIGH_PRECISION_REASONS, PROBABILITY_REASON)  # what default cleaning removes
 # Measured on TREC-DL19 by fn_eval.rule_precision (α = 0.95, δ = 0.85; unjudged = not relevant;
 # experiments/fit_fn_combined.py prints it and --check re-derives it): per fixed rule, (negatives
 # suspected, precision, its 95% query-bootstrap CI); None where the rule suspected nothing there. Base
@@ -226,14 +235,23 @@ def get_reason(name: str) -> Callable[[SuspicionInputs, SuspicionSettings], np.n
     return REASON_RULES[name]
 
 
+def probable(p: np.ndarray | None, n: int) -> np.ndarray:
+    """``fn_probability ≥`` :data:`MIN_PROBABILITY` per negative (False where NaN or not scored)."""
+    if p is None:
+        return np.zeros(n, dtype=bool)
+    return np.asarray(np.nan_to_num(np.asarray(p, dtype=np.float64), nan=-1.0) >= MIN_PROBABILITY, dtype=bool)
+
+
 def suspect_negatives(x: SuspicionInputs, settings: SuspicionSettings = SuspicionSettings()) -> pd.DataFrame:
     """One row per negative: ``fn_<reason>`` for every reason (nullable boolean, NA where the reason
-    could not be checked), ``fn_reasons`` (the reasons that hold, joined by ``;`` in :data:`REASONS`
-    order, empty when none), ``fn_suspect`` (any checked reason holds) and ``fn_probability``
-    (:func:`fn_probability`, float, NaN without the encoder)."""
+    could not be checked), ``fn_reasons`` (what holds, joined by ``;`` in :data:`SUSPECT_REASONS`
+    order, ``fn_probability`` last when ``fn_probability ≥`` :data:`MIN_PROBABILITY`; empty when
+    none), ``fn_suspect`` (``fn_reasons`` is not empty: the one rule of a suspect) and
+    ``fn_probability`` (float, NaN without the encoder)."""
     n = len(x.neg_texts)
     frame = pd.DataFrame(index=pd.RangeIndex(n))
-    hits = np.zeros((n, len(REASONS)), dtype=bool)
+    prob = _adjusted(x)
+    hits = np.zeros((n, len(SUSPECT_REASONS)), dtype=bool)
     for j, name in enumerate(REASONS):
         values = get_reason(name)(x, settings)
         if values is None:
@@ -241,12 +259,12 @@ def suspect_negatives(x: SuspicionInputs, settings: SuspicionSettings = Suspicio
             continue
         hits[:, j] = values
         frame[f"fn_{name}"] = pd.array(values, dtype="boolean")
-    names = np.asarray(REASONS, dtype=object)
+    hits[:, SUSPECT_REASONS.index(PROBABILITY_REASON)] = probable(prob, n)
+    names = np.asarray(SUSPECT_REASONS, dtype=object)
     patterns, which = np.unique(hits, axis=0, return_inverse=True)  # join each distinct pattern once
     joined = np.asarray([";".join(names[row]) for row in patterns], dtype=object)
     frame["fn_reasons"] = joined[np.asarray(which).reshape(-1)] if n else np.asarray([], dtype=object)
     frame["fn_suspect"] = hits.any(axis=1)
-    prob = _adjusted(x)
     frame["fn_probability"] = np.full(n, np.nan) if prob is None else prob
     return frame
 

@@ -88,8 +88,9 @@ def load_flagembedding(
 def _write(table: Table, plan: Plan, cleaning: Cleaning, source: str | None) -> Rewritten:
     """A line's ``neg`` keeps the negatives the cleaned record still holds (``trimmed`` when some
     went); a relabeled negative moves to the end of ``pos`` (its score to ``pos_scores``); a line
-    left with no negative (FlagEmbedding samples from ``neg``, so it needs one) takes the query's
-    other kept negatives, or the next query's (``refilled`` / ``borrowed``)."""
+    left with no negative (FlagEmbedding samples from ``neg``, so it needs one) is dropped, or with
+    ``clean.fill`` takes the query's other kept negatives, or the next query's (``refilled`` /
+    ``borrowed``); ``clean.keep`` keeps the first accepted ones."""
     out: list[dict[str, Any]] = []
     changes: list[RowChange] = []
     text_cells = table.cells_are_text
@@ -101,7 +102,7 @@ def _write(table: Table, plan: Plan, cleaning: Cleaning, source: str | None) -> 
         neg = cell_texts(row, "neg", text_cells)
         keep = kept_cells(neg, query.record.negatives)
         n_lost = keep.count(False)
-        if n_lost == 0:
+        if n_lost == 0 and (cleaning.keep is None or len(neg) <= cleaning.keep):
             out.append(dict(row))
             continue
         qid = query.record.qid
@@ -114,9 +115,12 @@ def _write(table: Table, plan: Plan, cleaning: Cleaning, source: str | None) -> 
             new["pos"] = [*cell_texts(row, "pos", text_cells), *(p.text for p in moved)]
             if plan["scores"]:
                 new["pos_scores"] = [*cell_list(row, "pos_scores", text_cells), *(own[p.text] for p in moved)]
-        kept = [(t, own.get(t)) for t, k in zip(neg, keep, strict=True) if k]
+        kept = [(t, own.get(t)) for t, k in zip(neg, keep, strict=True) if k][: cleaning.keep]
         change = "relabeled" if moved else "trimmed"
-        if not kept:
+        if not kept:  # FlagEmbedding samples from neg: a line needs one
+            if cleaning.fill == "none":
+                changes.append(RowChange(line, qid, "dropped", n_lost, "no negative left (clean.fill=repeat keeps it)"))
+                continue
             fill = query.fill
             change = "borrowed" if query.borrowed and not query.record.negatives else "refilled"
             kept = [(p.text, own.get(p.text, p.score)) for p in fill]

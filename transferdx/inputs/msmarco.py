@@ -2,7 +2,10 @@
 
 - ``msmarco_triples`` (:func:`load_msmarco_triples`): ``query<TAB>positive<TAB>negative`` per line
   (no header, always 3 fields), grouped by query (positives deduplicated by text; negatives in line
-  order, one per line). An exact repeat of an earlier line is a counted exclusion (unit ``line``,
+  order, one per line). A ``.tsv`` / ``.tsv.gz`` is recognised as such by its shape, without
+  ``format=`` (:func:`looks_like_text_triples`: MS MARCO's ``triples.train.small.tsv``), its source
+  named after the file; a file of ids (``qid<TAB>pid<TAB>pid``, qrels) or with a header row is not.
+  An exact repeat of an earlier line is a counted exclusion (unit ``line``,
   "duplicate line of line N"); a negative repeated within a query's record (two lines with
   different positives) is kept and counted in the descriptor (``duplicate_negatives_kept``; the
   audit flags it as a ``duplicate_negative`` suspect). Every non-blank line is accounted for in the
@@ -15,6 +18,8 @@
 
 from __future__ import annotations
 
+import gzip
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,11 +34,19 @@ from transferdx.inputs.reading import (
     parse_slice,
     require_path,
 )
-from transferdx.inputs.records import LoadResult, Passage, Plan, Table, text_id
+from transferdx.inputs.records import ANCHORS, LoadResult, Passage, Plan, Table, text_id
 from transferdx.inputs.registry import Format, keep, register
 from transferdx.inputs.sentence_transformers import keep_rows, write_slots
-from transferdx.inputs.tables import negative_columns
-from transferdx.inputs.textforms import is_gzip, iter_jsonl, iter_tab_lines, parse_json_line, read_id_text_tsv
+from transferdx.inputs.tables import form_of, negative_columns, source_stem
+from transferdx.inputs.textforms import (
+    BOM,
+    GZIP_ERRORS,
+    is_gzip,
+    iter_jsonl,
+    iter_tab_lines,
+    parse_json_line,
+    read_id_text_tsv,
+)
 from transferdx.inputs.writing import Cleaning, Rewritten, RowChange
 
 # ---------------------------------------------------------------------------------------------
@@ -60,7 +73,7 @@ def _rows(
 
 def load_msmarco_triples(
     path: str | Path,
-    source: str = "msmarco_triples",
+    source: str | None = "msmarco_triples",
     on_error: str = "raise",
     header: bool | None = False,
     group_by_query: bool = True,
@@ -72,8 +85,10 @@ def load_msmarco_triples(
 ) -> LoadResult:
     """MS MARCO ``query<TAB>positive<TAB>negative`` text triples (see the module docstring); with
     ``group_by_query=False`` each line is a record of its own. ``keep_tables``: keep the lines read
-    (as an n-tuple table) for the clean verb, which writes them back in their own form."""
+    (as an n-tuple table) for the clean verb, which writes them back in their own form. ``source``:
+    the source's name; None names it after the file (as for a file recognised by its shape)."""
     path = require_path(path)
+    source = source_stem(path) if source is None else source
     builder = RecordBuilder(path, on_error, note_duplicates=True)
     groups: dict[str, dict[str, Any]] = {}
     first_line: dict[tuple[str, ...], int] = {}
@@ -149,7 +164,7 @@ def load_msmarco_triples(
     excluded += builder.unreadable
     builder.result.describe(
         source,
-        input=input_descriptor("ntuple", path),
+        input=input_descriptor(f"msmarco_triples ({'jsonl' if _is_json_lines(path) else 'tsv'})", path),
         mining_method=method or "not recorded (n-tuple table)",
         ranking_rule="column order negative_1..K" + (", rows grouped by query" if group_by_query else ""),
         reference_positive="the row's positive" + (" (first row of the query)" if group_by_query else ""),
@@ -165,6 +180,66 @@ def load_msmarco_triples(
         plan = {"anchor": "query", "scores": False, "qid": "qid" in columns}
         keep_rows(builder.result, table, path, source, plan, write_slots(negative_columns), group_by_query)
     return builder.result
+
+
+SNIFF_LINES = 20  # the non-blank lines a file is recognised by
+SNIFF_BYTES = 1 << 20  # at most this much of the file (decompressed) is read to find them
+_NUMBER = re.compile(r"[+-]?\d+(?:\.\d*)?")
+
+
+def sample_lines(path: Path, n: int = SNIFF_LINES, limit: int = SNIFF_BYTES) -> list[str]:
+    """The first ``n`` non-blank whole lines of a text file, for sniffing only: gunzipped for
+    ``.gz``, a BOM dropped, undecodable bytes read as U+FFFD; a line cut off by ``limit`` or by a
+    broken gzip stream is left out, and a file that cannot be opened gives none (its reader then
+    reports the problem where it is)."""
+    data = b""
+    whole = False
+    try:
+        with gzip.open(path, "rb") if is_gzip(path) else open(path, "rb") as handle:
+            while len(data) < limit and data.count(b"\n") < 4 * n:
+                # read1: a broken gzip stream still gives what came before the break
+                chunk = handle.read1(min(1 << 16, limit - len(data)))
+                if not chunk:
+                    whole = True
+                    break
+                data += chunk
+    except GZIP_ERRORS:
+        whole = False
+    if not whole:
+        data = data[: data.rfind(b"\n") + 1]
+    if data.startswith(BOM):
+        data = data[len(BOM) :]
+    lines = (line.rstrip("\r") for line in data.decode("utf-8", errors="replace").split("\n"))
+    return [line for line in lines if line.strip()][:n]
+
+
+def _is_text_triple(fields: Sequence[str]) -> bool:
+    """``query, positive, negative`` as text: 3 fields, the query not a bare number (an id) and each
+    passage at least two words (a passage id, a grade or a column name is one)."""
+    return (
+        len(fields) == 3
+        and _NUMBER.fullmatch(fields[0].strip()) is None
+        and all(len(passage.split()) > 1 for passage in fields[1:])
+    )
+
+
+def looks_like_text_triples(path: Path) -> bool:
+    """Whether ``path`` is MS MARCO text triples by its shape (read whole by
+    :func:`load_msmarco_triples`, the source named after the file): a ``.tsv`` or ``.tsv.gz`` file
+    whose first :data:`SNIFF_LINES` non-blank lines (:func:`sample_lines`) are each 3 tab-separated
+    fields of text (:func:`_is_text_triple`), the first of them no header by
+    :func:`~transferdx.inputs.textforms.iter_tab_lines`' rule (``anchor|query|question, positive``
+    or ``qid, ...``). So ``qid<TAB>pid<TAB>pid`` id triples, qrels and a file with a header row
+    (read by its columns) are not claimed."""
+    if not path.is_file() or form_of(path) != "tsv":
+        return False
+    rows = [line.split("\t") for line in sample_lines(path)]
+    if not rows:
+        return False
+    first = rows[0]
+    if (first[0] in ANCHORS and first[1:2] == ["positive"]) or first[0] == "qid":
+        return False
+    return all(_is_text_triple(row) for row in rows)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -313,6 +388,6 @@ def _collection_texts(path: str) -> list[str]:
     return list(read_id_text_tsv(path).values())
 
 
-register(Format("msmarco_triples", read=load_msmarco_triples))
+register(Format("msmarco_triples", read=load_msmarco_triples, claims=looks_like_text_triples))
 register(Format("st_hard_negatives", read=load_st_hard_negatives))
 register(Format("tsv", corpus=_collection_texts))

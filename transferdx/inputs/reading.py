@@ -210,6 +210,8 @@ class RecordBuilder:
         )
         self.seen.add((source, qid))
         self.result.records.append(record)
+        if line is not None:
+            self.result.origins[(source, qid)] = f"{self.label}:{line}"
         if self.note_duplicates:
             keys = [passage_key(n.id, n.text) for n in kept]
             self.result.note(source, DUPLICATE_NEGATIVES_KEPT, len(keys) - len(set(keys)))

@@ -178,6 +178,8 @@ class LoadResult:
     # so the clean verb writes the input back without reading it again; and why a part cannot be
     tables: list[Any] = field(default_factory=list, repr=False, compare=False)
     unwritable: list[str] = field(default_factory=list, repr=False, compare=False)
+    # (source, qid) → where the record was read ("file:line" of its first row), where a reader knows
+    origins: dict[tuple[str, str], str] = field(default_factory=dict, repr=False, compare=False)
 
     def extend(self, other: LoadResult) -> LoadResult:
         if self.relevant_grade is None:
@@ -186,6 +188,7 @@ class LoadResult:
         self.exclusions.extend(other.exclusions)
         self.tables.extend(other.tables)
         self.unwritable.extend(other.unwritable)
+        self.origins.update(other.origins)
         for source, rows in other.false_negatives.items():
             self.false_negatives.setdefault(source, []).extend(rows)
         for source, desc in other.descriptors.items():

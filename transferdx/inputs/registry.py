@@ -22,9 +22,11 @@ form and shape (:func:`load_path`); and with ``format=`` the reader registered u
 A path (:func:`load_path`) is a file or a folder in JSONL, JSON, CSV, TSV, Parquet, Arrow, a
 ``datasets`` ``save_to_disk`` folder, or a ``.gz`` of the text forms
 (:func:`~transferdx.inputs.tables.read_table`). A plain ``.jsonl`` records file (or a folder of
-them) keeps the strict records reader; any other table is read by the first format whose detector
-accepts its columns, as the source named after the file (``source=`` overrides); a folder gives one
-source per recognised file, with its ``descriptors.json`` / ``false_negatives.json`` sidecars.
+them) keeps the strict records reader, and a headerless ``.tsv`` of MS MARCO text triples is read
+whole as ``msmarco_triples`` (their ``claims``); any other table is read by the first format whose
+detector accepts its columns, as the source named after the file (``source=`` overrides); a folder
+gives one source per recognised file, with its ``descriptors.json`` / ``false_negatives.json``
+sidecars.
 """
 
 from __future__ import annotations
@@ -170,7 +172,8 @@ def read(
 
 
 def _claimant(path: Path) -> Callable[..., LoadResult] | None:
-    """The reader of the first format that reads ``path`` whole (a records JSONL file or folder)."""
+    """The reader of the first format that reads ``path`` whole (a records JSONL file or folder,
+    MS MARCO text triples)."""
     for fmt in FORMATS.values():
         if fmt.claims is not None and fmt.read is not None and fmt.claims(path):
             return fmt.read

@@ -253,14 +253,33 @@ def _slot_scores(positive: float | None, slots: Sequence[Passage], own: Mapping[
     return [positive, *[own.get(p.text, p.score) for p in slots]]
 
 
+def _slot_row(
+    row: Mapping[str, Any],
+    cols: Sequence[str],
+    slots: Sequence[Passage],
+    plan: Plan,
+    positive: float | None,
+    own: Mapping[str, float],
+) -> dict[str, Any]:
+    """``row`` with its first ``len(slots)`` negative columns holding ``slots`` (the rest are left
+    out by the writer) and, with scores, ``[positive, slot scores...]``."""
+    new = dict(row) | {c: p.text for c, p in zip(cols, slots, strict=False)}
+    if plan.get("scores"):
+        new["scores"] = _slot_scores(positive, slots, own)
+    return new
+
+
 def write_slots(columns_of: Callable[[Mapping[str, Any]], list[str]]) -> Callable[..., Rewritten]:
     """The writer of a fixed-slot shape (triplet: ``negative``; n-tuple: ``negative_1..n``).
 
-    Each row keeps its negatives the cleaned record still holds (:func:`kept_cells`); a row that lost
-    some has its slots filled by :func:`fill_slots` (the query's other kept negatives, then the row's
-    own repeated, then, for a query left with none, the next query's). A row that lost all its
-    negatives is left out (``dropped``) when another row of its (anchor, positive) pair keeps one. A
-    negative relabeled as a positive gets a row of its own after the row it was in (``added``)."""
+    Each row keeps its negatives the cleaned record still holds (:func:`kept_cells`), the first
+    ``clean.keep`` of them when that is set (the table then has that many negative columns: a file
+    mined with more negatives than it needs takes its next accepted candidates). A row left with
+    fewer than its slots is completed by :func:`fill_slots` — by default it is not (``dropped``,
+    listed); ``clean.fill=repeat|borrow`` refills or repeats. A row that lost all its negatives is
+    left out (``dropped``) when another row of its (anchor, positive) pair keeps one. A negative
+    relabeled as a positive gets a row of its own after the row it was in, with that row's
+    negatives (``added``)."""
 
     def write(table: Table, plan: Plan, cleaning: Cleaning, source: str | None) -> Rewritten:
         anchor, text_cells = plan["anchor"], table.cells_are_text
@@ -278,40 +297,49 @@ def write_slots(columns_of: Callable[[Mapping[str, Any]], list[str]]) -> Callabl
         out: list[dict[str, Any]] = []
         changes: list[RowChange] = []
         added: set[tuple[str, str]] = set()
+        unused: set[str] = set()  # negative columns past clean.keep: not written
         for line, row, query, cols, keep in rows:
             texts = [str(row[c]) for c in cols]
             qid, pair, n_lost = query.record.qid, (str(row[anchor]), str(row["positive"])), keep.count(False)
             own = _row_scores(row, plan, text_cells, texts)
             positive = cell_list(row, "scores", text_cells)[0] if plan.get("scores") else None
-            if n_lost == 0:
+            k = cleaning.slots(len(cols))
+            unused.update(cols[k:])
+            lookup = _by_text(query)
+            kept = [lookup[t] for t, c in zip(texts, keep, strict=True) if c]
+            if n_lost == 0 and k == len(cols):
                 out.append(dict(row))
             elif not any(keep) and pair in pairs_kept:
                 changes.append(RowChange(line, qid, "dropped", n_lost, "its (anchor, positive) pair keeps other rows"))
             else:
-                lookup = _by_text(query)
-                kept = [lookup[t] for t, k in zip(texts, keep, strict=True) if k]
-                slots, change = fill_slots(kept, len(cols), query)
-                changes.append(RowChange(line, qid, change, n_lost))
-                if change == "unwritable":
+                slots, change = fill_slots(kept, k, query, cleaning.fill)
+                if change or n_lost:
+                    why = f"{len(kept)} negatives left, the row needs {k} (clean.fill=repeat keeps it)"
+                    changes.append(
+                        RowChange(line, qid, change or "trimmed", n_lost, why if change == "dropped" else "")
+                    )
+                if change in ("unwritable", "dropped"):
                     continue
                 pairs_kept.add(pair)
-                new = dict(row) | {c: p.text for c, p in zip(cols, slots, strict=True)}
-                if plan.get("scores"):
-                    new["scores"] = _slot_scores(positive, slots, own)
-                out.append(new)
+                out.append(_slot_row(row, cols, slots, plan, positive, own))
             for moved in query.added:
                 if moved.text in texts and (qid, moved.text) not in added:
                     added.add((qid, moved.text))
-                    slots, change = fill_slots([], len(cols), query)
-                    if change == "unwritable":
-                        changes.append(RowChange(None, qid, "unwritable", 0, f"relabeled positive {moved.id}"))
+                    slots, change = fill_slots([p for p in kept if p.text != moved.text], k, query, cleaning.fill)
+                    if change in ("unwritable", "dropped"):
+                        changes.append(
+                            RowChange(None, qid, change, 0, f"relabeled positive {moved.id}: too few negatives")
+                        )
                         continue
-                    new = dict(row) | {"positive": moved.text} | {c: p.text for c, p in zip(cols, slots, strict=True)}
-                    if plan.get("scores"):
-                        new["scores"] = _slot_scores(own.get(moved.text, moved.score), slots, own)
-                    out.append(new)
-                    changes.append(RowChange(None, qid, "added", 0, f"relabeled positive {moved.id} ({change})"))
-        return Rewritten(list(table.columns), out, changes, skipped)
+                    positive_score = own.get(moved.text, moved.score)
+                    out.append(_slot_row({**row, "positive": moved.text}, cols, slots, plan, positive_score, own))
+                    changes.append(
+                        RowChange(None, qid, "added", 0, f"relabeled positive {moved.id} ({change or 'kept'})")
+                    )
+        if not unused:
+            return Rewritten(list(table.columns), out, changes, skipped)
+        columns = [c for c in table.columns if c not in unused]
+        return Rewritten(columns, [{c: r[c] for c in columns if c in r} for r in out], changes, skipped)
 
     return write
 
@@ -339,7 +367,8 @@ def _write_labeled_list(table: Table, plan: Plan, cleaning: Cleaning, source: st
         stays = [True if d not in negative else next(keep) for d in docs]
         relabel = [d in negative and d in moved and labels is not None for d in docs]
         n_lost = sum(1 for s, r in zip(stays, relabel, strict=True) if not s and not r)
-        if n_lost == 0 and not any(relabel) and not (moved & negative):
+        stays = _first_negatives(stays, [d in negative for d in docs], cleaning.keep)
+        if n_lost == 0 and not any(relabel) and not (moved & negative) and stays.count(True) == len(docs):
             out.append(dict(row))
             continue
         take = [s or r for s, r in zip(stays, relabel, strict=True)]
@@ -361,6 +390,17 @@ def _write_labeled_list(table: Table, plan: Plan, cleaning: Cleaning, source: st
                     out.append(new)
                     changes.append(RowChange(None, query.record.qid, "added", 0, f"relabeled positive {d[:40]!r}"))
     return Rewritten(list(table.columns), out, changes, skipped)
+
+
+def _first_negatives(stays: list[bool], is_negative: Sequence[bool], keep: int | None) -> list[bool]:
+    """``stays`` with only the first ``keep`` staying negatives still staying (None: all)."""
+    if keep is None:
+        return stays
+    out, n = [], 0
+    for stay, negative in zip(stays, is_negative, strict=True):
+        n += stay and negative
+        out.append(stay and (not negative or n <= keep))
+    return out
 
 
 def _cells(values: list[Any], row: Mapping[str, Any], column: str) -> Any:

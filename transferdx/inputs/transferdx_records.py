@@ -262,16 +262,16 @@ def _write(table: Table, plan: Plan, cleaning: Cleaning, source: str | None) -> 
         originals = row.get("negatives")
         n_in = len(originals) if isinstance(originals, list) else len(_items(originals, rec.negatives, True))
         n_lost = max(0, n_in - len(rec.negatives))
-        if n_lost == 0 and not query.added:
+        if n_lost == 0 and not query.added and (cleaning.keep is None or n_in <= cleaning.keep):
             out.append(dict(row))
             continue
-        if not query.fill:
-            changes.append(RowChange(line, rec.qid, "unwritable", n_lost))
+        if not query.fill:  # a record needs a negative
+            changes.append(RowChange(line, rec.qid, "dropped" if cleaning.fill == "none" else "unwritable", n_lost))
             continue
         text_cells = table.cells_are_text
         new = dict(row) | {
             "positives": _items(row.get("positives"), rec.positives, text_cells),
-            "negatives": _items(originals, query.fill, text_cells),
+            "negatives": _items(originals, query.fill[: cleaning.keep], text_cells),
         }
         out.append(new)
         change = "borrowed" if not rec.negatives else ("relabeled" if query.added else "trimmed")

@@ -73,6 +73,19 @@ class Cleaning:
     skip_lines: frozenset[int] = frozenset()
     # (source, qid) → ids of the negatives removed or relabeled (the id-list formats' writers)
     dropped: Mapping[tuple[str, str], frozenset[str]] = field(default_factory=dict)
+    fill: str = "none"  # FILLS: how a row short of negatives is completed (none: never)
+    keep: int | None = None  # at most this many negatives a row or record (the first accepted)
+
+    def slots(self, n_columns: int) -> int:
+        """How many negative slots a fixed-slot row writes: its columns, at most :attr:`keep`."""
+        return n_columns if self.keep is None else min(n_columns, self.keep)
+
+
+# How a row left with fewer negatives than its shape needs is completed, after the query's next
+# accepted negatives (always taken): ``none`` (the default: the row is dropped and listed, nothing
+# invented), ``repeat`` (the row's own repeated), ``borrow`` (also: a query left with none takes the
+# next query's kept negatives).
+FILLS = ("none", "repeat", "borrow")
 
 
 @dataclass(frozen=True)
@@ -88,11 +101,13 @@ class RowChange:
 
 
 # refilled: lost negatives, slots refilled from the query's other kept negatives; repeated: too few
-# kept negatives, the row's own repeated; borrowed: the query kept none, slots hold the next query's;
-# dropped: row left out (its pair keeps other rows, or a removed negative's labeled row);
+# kept negatives, the row's own repeated; borrowed: the query kept none, slots hold the next query's
+# (refilled, repeated, borrowed: only with clean.fill); dropped: row left out (fewer negatives than
+# its shape needs, its pair keeps other rows, or a removed negative's labeled row); kept: the row
+# wrote its first clean.keep accepted negatives;
 # relabeled: a negative became a positive in the row; added: a new row for a relabeled positive;
 # trimmed: lost negatives where the format takes any number (a list); unwritable: no negative anywhere
-ROW_CHANGES = ("refilled", "repeated", "borrowed", "dropped", "relabeled", "added", "trimmed", "unwritable")
+ROW_CHANGES = ("refilled", "repeated", "borrowed", "dropped", "relabeled", "added", "trimmed", "kept", "unwritable")
 
 
 @dataclass(frozen=True)
@@ -133,19 +148,21 @@ def kept_cells(texts: Sequence[str], kept: Sequence[Passage]) -> list[bool]:
     return out
 
 
-def fill_slots(kept: Sequence[Passage], k: int, query: CleanedQuery) -> tuple[list[Passage], str]:
-    """``k`` negatives for a row that kept ``kept``: refilled, in order, from the query's kept
-    negatives not in the row; then the row's own repeated cyclically; a row with none left and a
-    query with none takes the borrowed ones (repeated when fewer). Returns the slots and the change
-    (``""`` when nothing was missing, else ``refilled`` / ``repeated`` / ``borrowed`` /
-    ``unwritable`` when there is nothing to fill from)."""
+def fill_slots(kept: Sequence[Passage], k: int, query: CleanedQuery, fill: str = "none") -> tuple[list[Passage], str]:
+    """``k`` negatives for a row that kept ``kept`` (in row order): the first ``k`` when it kept
+    enough (``""``); otherwise the query's next accepted negatives not in the row, in record order
+    (``refilled``: candidates the input gave this query, e.g. in its other rows). Still short, by
+    ``fill`` (:data:`FILLS`): ``none`` gives no slots (``dropped``: the shape cannot hold fewer, and
+    nothing is invented); ``repeat`` repeats the row's own cyclically (``repeated``); ``borrow`` also
+    lets a row of a query left with none take the borrowed ones (``borrowed``). ``unwritable``:
+    nothing to fill from."""
     if len(kept) >= k:
         return list(kept[:k]), ""
     slots = list(kept)
     change = "refilled"
     if not query.record.negatives:
-        if not query.borrowed:
-            return [], "unwritable"
+        if fill != "borrow" or not query.borrowed:
+            return [], "dropped" if fill == "none" else "unwritable"
         slots, change = [], "borrowed"
     have = {p.text for p in slots}
     for p in query.fill:
@@ -154,6 +171,8 @@ def fill_slots(kept: Sequence[Passage], k: int, query: CleanedQuery) -> tuple[li
         if p.text not in have:
             slots.append(p)
             have.add(p.text)
+    if len(slots) < k and fill == "none":
+        return [], "dropped"
     pool = list(slots)
     i = 0
     while len(slots) < k:
@@ -235,7 +254,10 @@ def _arrow(columns: Sequence[str], rows: Sequence[Mapping[str, Any]], like: Path
     elif like is not None and form_of(like) == "arrow":
         schema = read_arrow(like).schema
     data = [{c: r.get(c) for c in columns} for r in rows]
-    if schema is not None:
+    if schema is not None and set(columns) <= set(schema.names):
+        # the input's types for the columns written (clean.keep may write fewer negative columns)
+        same = list(columns) == list(schema.names)  # the pandas metadata names the columns: kept only then
+        schema = schema if same else pa.schema([schema.field(c) for c in columns])
         try:
             return pa.Table.from_pylist(data, schema=schema)
         except (pa.ArrowInvalid, pa.ArrowTypeError):

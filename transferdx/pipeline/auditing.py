@@ -116,4 +116,4 @@ def audit(
         settings=settings,
     )
     texts = {(r.source, r.qid): r for r in loaded.records}
-    return Audit(result, settings, texts)
+    return Audit(result, settings, texts, input_path=options.label)

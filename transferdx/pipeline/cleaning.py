@@ -25,6 +25,7 @@ from transferdx.cleaning import (
     reasons_of,
     review_table,
     unchecked_why,
+    with_context,
 )
 from transferdx.diagnostics.suspicion import MIN_PROBABILITY, TEXT_REASONS
 from transferdx.inputs.records import LoadResult, Record
@@ -58,7 +59,12 @@ def _skip_lines(loaded: LoadResult, label: str) -> frozenset[int]:
 
 
 def _copy_tables(
-    loaded: LoadResult, queries: Sequence[CleanedQuery], removed: pd.DataFrame, data: Any
+    loaded: LoadResult,
+    queries: Sequence[CleanedQuery],
+    removed: pd.DataFrame,
+    data: Any,
+    fill: str = "none",
+    keep: int | None = None,
 ) -> tuple[list[CopyTable], str]:
     """The input's own tables, as its readers kept them (never read again), rewritten by their
     formats' writers; none, with the reason, when a part of the input cannot be written back."""
@@ -74,7 +80,10 @@ def _copy_tables(
         return [], f"{why} cannot be written back in its own format; the copy is records JSONL"
     out = []
     for kept in loaded.tables:
-        rewritten = rewrite(kept, _cleaning(queries, removed, _skip_lines(loaded, kept.label)))
+        cleaning = dataclasses.replace(
+            _cleaning(queries, removed, _skip_lines(loaded, kept.label)), fill=fill, keep=keep
+        )
+        rewritten = rewrite(kept, cleaning)
         n_in = len(kept.table.rows) + kept.table.n_unreadable
         copy = CopyTable(kept.name, kept.storage, rewritten, kept.path, kept.split, n_in, kept.table.n_unreadable)
         out.append(dataclasses.replace(copy, companions=kept.companions))
@@ -119,6 +128,8 @@ def clean(
     reasons: Sequence[str] | None = None,
     action: str = "remove",
     min_probability: float | str | None = "auto",
+    fill: str = "none",
+    keep: int | None = None,
     out: str | Path | None = None,
     encoder: EncoderLike | None = "minilm_l6",
     cache_dir: str | Path | None = None,
@@ -138,7 +149,12 @@ def clean(
     form (``result.to_dataset()``, ``result.save``). ``audit_result``: an :class:`Audit` of the same
     records or its per-negative frame; without it the records are audited here (``encoder``,
     ``options`` and keyword ``overrides`` as :func:`transferdx.audit`; no encoder when every reason
-    asked for is a text reason). With ``out`` the copy is written there (:meth:`CleanResult.save`)."""
+    asked for is a text reason). Nothing is invented: ``keep`` writes the first ``keep`` accepted
+    negatives of each row or record; a row left short of its shape is dropped and listed unless
+    ``fill`` asks to ``repeat`` (refill, repeat) or ``borrow`` (also lend the next query's negatives
+    to a query left with none). With ``out`` the copy is written there (:meth:`CleanResult.save`)."""
+    if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
+        raise ValueError(f"clean keep must be a positive integer or None, got {keep!r}")
     options = dataclasses.replace(options or AuditOptions(), **overrides)
     if min_probability == "auto":
         min_probability = MIN_PROBABILITY if reasons is None else None
@@ -157,17 +173,20 @@ def clean(
         frame = audit_result.result.negatives if isinstance(audit_result, Audit) else audit_result
     chosen = reasons_of(frame, reasons)
     queries, removed, emptied = clean_records(
-        loaded.records, frame, reasons=chosen, action=action, min_probability=min_probability
+        loaded.records, frame, reasons=chosen, action=action, min_probability=min_probability, fill=fill
     )
-    tables, note = _copy_tables(loaded, queries, removed, records)
+    tables, note = _copy_tables(loaded, queries, removed, records, fill, keep)
     plan = _output_plan(records, tables, note)
     review = review_table(loaded.records, frame, removed)
+    # the files a person reads: each row with the query, its positive and the user's own id
+    removed, emptied, review = (with_context(t, loaded.records, loaded.origins) for t in (removed, emptied, review))
     descriptor = _descriptor(loaded, frame, chosen, action, min_probability, (queries, removed, emptied), plan, result)
+    descriptor |= {"fill": fill, "keep": keep}
     descriptor["n_review"] = len(review)
     if tables:
         descriptor["rows"] = row_accounting(tables)
     done = CleanResult(
-        _cleaned_copy(loaded, queries, descriptor),
+        _cleaned_copy(loaded, queries, descriptor, keep),
         removed,
         emptied,
         descriptor,
@@ -243,12 +262,17 @@ def _descriptor(
     return descriptor
 
 
-def _cleaned_copy(loaded: LoadResult, queries: Sequence[CleanedQuery], descriptor: Mapping[str, Any]) -> LoadResult:
-    """The records view of the copy (a record left without negatives with its borrowed ones; one
-    with none to borrow left out, listed in ``emptied``) with the input's exclusions and
-    descriptors, each cleaned source's descriptor noting how (action, reasons, relabeled relation)."""
+def _cleaned_copy(
+    loaded: LoadResult, queries: Sequence[CleanedQuery], descriptor: Mapping[str, Any], keep: int | None = None
+) -> LoadResult:
+    """The records view of the copy (the first ``keep`` negatives of each record; a record left
+    without negatives with its borrowed ones, or left out and listed in ``emptied``) with the input's
+    exclusions and descriptors, each cleaned source's descriptor noting how (action, reasons,
+    relabeled relation, fill, keep)."""
     records: list[Record] = [
-        dataclasses.replace(q.record, negatives=q.fill) if q.borrowed else q.record for q in queries if q.fill
+        dataclasses.replace(q.record, negatives=q.fill[:keep]) if q.borrowed or keep is not None else q.record
+        for q in queries
+        if q.fill
     ]
     out_loaded = LoadResult(
         records,
@@ -256,7 +280,7 @@ def _cleaned_copy(loaded: LoadResult, queries: Sequence[CleanedQuery], descripto
         {s: dict(d) for s, d in loaded.descriptors.items()},
         {},  # measured false negatives were counted before cleaning: not carried over
     )
-    summary = {k: descriptor[k] for k in ("action", "reasons", "min_probability", "relabeled_relation")}
+    summary = {k: descriptor[k] for k in ("action", "reasons", "min_probability", "relabeled_relation", "fill", "keep")}
     for name in {r.source for r in records}:
         out_loaded.describe(name, cleaned=summary)
     return out_loaded

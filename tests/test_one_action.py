@@ -1,0 +1,337 @@
+"""One action per source (issue 33): the bottom line is the first of re-mine, clean, review, use as is
+that finds something, the milder findings follow as facts (``Also:``), never as a second command; the
+one command said names the input the audit read and runs as printed; one suspects table
+(``Audit.suspects`` = suspects.csv, the controls' apart) behind every count the verdict states, and
+``fn_probability`` ≥ the cleaning cut makes a suspect by itself."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shlex
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+import transferdx as tdx
+from transferdx.auditing.core import SemanticSettings, audit_records
+from transferdx.auditing.result import Audit
+from transferdx.auditing.verdict import (
+    ADVICE,
+    BOTTOM_LINE_ACTIONS,
+    Context,
+    SourceFacts,
+    clean_command,
+    judge,
+    verdict_lines,
+)
+from transferdx.diagnostics.suspicion import ACT_REASONS, MIN_PROBABILITY, PROBABILITY_REASON, SuspicionSettings
+from transferdx.diagnostics.tokens import alnum
+from transferdx.inputs.records import LoadResult, Passage, Record
+
+from .conftest import REPO
+from .fakes import FixedEncoder
+
+ORDER = ("re-mine", "clean", "review the listed suspects", "use as is")
+COMMAND = re.compile(r"`(transferdx-\w+ [^`]*|transferdx\.clean\([^`]*\))`")
+IMPERATIVE = re.compile(r"(^|[.:;] )(Re-mine|Remove|Read|Run|Clean|Review|Use)\b")
+BOTTOM = re.compile(r"^- \*\*(?P<source>[^*]+)\*\* \(\d+ records?\) — \*\*bottom line: (?P<action>[^.]+)\.\*\*")
+
+
+def blocks(verdict: str) -> dict[str, tuple[str, list[str]]]:
+    """source → (action, the lines said of it: the bottom line first, then its indented lines)."""
+    out: dict[str, tuple[str, list[str]]] = {}
+    current = None
+    for line in verdict.splitlines():
+        if m := BOTTOM.match(line):
+            current = m["source"]
+            out[current] = (m["action"], [line])
+        elif current and line.startswith("  "):
+            out[current][1].append(line)
+        else:
+            current = None
+    return out
+
+
+def assert_one_action(verdict: str) -> dict[str, tuple[str, list[str]]]:
+    """Each source: one bottom line, its command (if any) only there, the ``Also:`` lines facts."""
+    found = blocks(verdict)
+    assert found
+    for name, (action, lines) in found.items():
+        assert action in BOTTOM_LINE_ACTIONS, name
+        assert len(COMMAND.findall(lines[0])) <= 1, lines[0]
+        for line in lines[1:]:
+            assert not COMMAND.search(line), line
+            if line.startswith("  Also: "):
+                assert not IMPERATIVE.search(line), line
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# The order, and the findings below the bottom line
+# ---------------------------------------------------------------------------------------------
+
+
+def test_the_order_is_the_registry_and_the_readme_says_it():
+    assert BOTTOM_LINE_ACTIONS == ORDER == tuple(a for a, _ in ADVICE)
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Bottom line", 1)[1].split("\n### ", 1)[0]
+    at = [section.index(f"**{a}**") for a in ORDER]
+    assert at == sorted(at) and "re-mine beats clean beats review beats use as is" in " ".join(section.split())
+
+
+ROW = {"source": "s", "kind": "genuine", "n_records": 100, "n_negatives": 400, "inversion_rate": 0.9, "flags": ""}
+INVERTED = {"absolute_flags": "mostly_inverted", "absolute_flag_reasons": "0.795 > 0.5 of negatives score ..."}
+FACTS = {
+    "clean": SourceFacts(400, n_suspects=60, n_act=20, n_copies=0, n_near_copies=5, n_probable=16),
+    "review": SourceFacts(400, n_suspects=40, n_act=0, n_copies=0, n_near_copies=0, n_probable=0),
+    "both": SourceFacts(400, n_suspects=60, n_act=20, n_copies=0, n_near_copies=5, n_probable=16),
+    "none": SourceFacts(400, n_suspects=0, n_act=0, n_copies=0, n_near_copies=0, n_probable=0),
+}
+
+
+@pytest.mark.parametrize(
+    ("inverted", "facts", "action", "also"),
+    [
+        (True, "both", "re-mine", 2),  # the issue's source: three findings, one action
+        (True, "none", "re-mine", 0),
+        (False, "both", "clean", 1),
+        (False, "review", "review the listed suspects", 0),
+        (False, "none", "use as is", 0),
+    ],
+)
+def test_the_most_severe_finding_is_the_one_action(inverted, facts, action, also):
+    row = {**ROW, **(INVERTED if inverted else {})}
+    ctx = Context(FACTS[facts], "envelope", {"data": "mined.parquet"}, "/data/mined.parquet")
+    j = judge(row, ctx)
+    assert j.action == action and len(j.support) == also
+    lines = verdict_lines([row], {}, {"data": "mined.parquet"}, facts={"s": FACTS[facts]}, input_path=ctx.input_path)
+    (said,) = assert_one_action("\n".join(lines)).values()
+    assert said[0] == action
+    commands = [c for line in said[1] for c in COMMAND.findall(line)]
+    assert commands == (["transferdx-clean input=/data/mined.parquet"] if action == "clean" else [])
+    if inverted and facts == "both":  # what the issue's user read as three actions: now facts
+        assert [x.split(":")[0] for x in j.support] == [
+            "20 of 400 negatives (5.0%) are probable false negatives",
+            "40 of 400 negatives (10.0%) are suspects that default cleaning leaves in place",
+        ]
+
+
+def test_a_file_with_three_findings_gets_one_action(tmp_path):
+    """Lexical and in seconds: most negatives are other queries' positives (re-mine), some copy the
+    record's own positive (clean) and some repeat (review). One action, two facts, no command."""
+    n = 40
+    rows = []
+    for i in range(n):
+        others = [{"id": f"p{(i + k) % n}", "text": f"answer {(i + k) % n} topic{(i + k) % n}"} for k in (1, 2, 3)]
+        negatives = [*others, {"id": f"n{i}", "text": f"other words {i}"}]
+        if i % 4 == 0:
+            negatives.append({"id": f"c{i}", "text": f"ANSWER {i}  topic{i}"})  # a copy of its positive
+        if i % 5 == 0:
+            negatives.append({"id": f"n{i}", "text": f"other words {i}"})  # the same passage again
+        rows.append(
+            {
+                "qid": f"q{i}",
+                "query": f"question topic{i}",
+                "positives": [{"id": f"p{i}", "text": f"answer {i} topic{i}"}],
+                "negatives": negatives,
+                "source": "three",
+            }
+        )
+    path = tmp_path / "three.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    result = tdx.audit(path, encoder=None, resamples=20, controls="none")
+    found = assert_one_action(result.verdict())
+    action, lines = found["three"]
+    also = [x for x in lines if x.startswith("  Also: ")]
+    assert action == "re-mine" and len(also) == 2, lines
+    assert "probable false negatives" in also[0] and "default cleaning leaves in place" in also[1]
+    assert "transferdx-clean" not in result.verdict()
+
+
+# ---------------------------------------------------------------------------------------------
+# The command: the input the audit read, as it runs in bash
+# ---------------------------------------------------------------------------------------------
+
+
+def as_run(command: str) -> dict[str, str]:
+    """The overrides ``command`` (between backticks) gives ``transferdx-clean``, split as bash splits
+    it and read as Hydra reads each one."""
+    argv = shlex.split(COMMAND.search(command)[1])
+    assert argv[0] == "transferdx-clean"
+    parser = OverridesParser.create()
+    return {(o := parser.parse_override(a)).key_or_group: str(o.value()) for a in argv[1:]}
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/data/mined.parquet", "/my data/mined (1).parquet", "/a,b/it's.parquet", '/q/"x".jsonl', "/é/ü.csv"],
+)
+def test_the_command_names_the_input_and_parses_as_printed(path):
+    assert as_run(clean_command({"data": "mined.parquet"}, path)) == {"input": path}
+    assert as_run(clean_command({"data": Path(path).name})) == {"input": Path(path).name}
+
+
+def test_the_command_for_a_bundled_set_memory_and_a_lexical_audit():
+    assert as_run(clean_command({"data": "demo"})) == {"data": "demo"}
+    assert as_run(clean_command({"data": "mined.parquet"}, None, lexical=True)) == {
+        "input": "mined.parquet",
+        "diagnostics": "lexical",
+    }
+    assert clean_command({"data": "(in memory)"}) == "`transferdx.clean(records, audit)`"
+
+
+def test_the_verdict_names_the_copy_it_audited_not_the_original(tmp_path):
+    """A re-audit of a copy named like the original (transferdx-clean writes cleaned/<name>) names
+    the copy's path; report.md names the input by its file name (the same bytes wherever it lives)."""
+    rows = [json.loads(x) for x in (Path(tdx.__file__).parent / "demo" / "handwritten.jsonl").read_text().splitlines()]
+    for r in rows[:8]:
+        r["negatives"].append({"id": "copy", "text": r["positives"][0]["text"].upper()})
+    copy = tmp_path / "cleaned dir" / "mined.jsonl"
+    copy.parent.mkdir()
+    copy.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    result = tdx.audit(copy, encoder=None, resamples=20, controls="none")
+    result = dataclasses.replace(result, input_path=str(copy))
+    (line,) = [x for x in result.verdict().splitlines() if "bottom line: clean." in x]
+    assert as_run(line) == {"input": str(copy.resolve()), "diagnostics": "lexical"}
+    result.save(tmp_path / "out")
+    report = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
+    assert "`transferdx-clean input=mined.jsonl diagnostics=lexical`" in report and str(tmp_path) not in report
+
+
+# ---------------------------------------------------------------------------------------------
+# One suspects table behind every count
+# ---------------------------------------------------------------------------------------------
+
+NUMBERS = {  # what the verdict states about suspects → the count over Audit.suspects it must equal
+    "act": r"(\d+) of \d+ negatives \([^)]*\) are probable false negatives: (?P<copies>\d+) copy a positive",
+    "review": r"(\d+) of \d+ negatives \([^)]*\) are suspects that default cleaning leaves in place",
+    "suspects": r"Suspected false negatives: (\d+) \(",
+    "use": r"(\d+) of its \d+ negatives are suspected false negatives",
+    "probable": r"(\d+) have fn_probability ≥ " + f"{MIN_PROBABILITY:.2f}",
+    "near": r"(\d+) are near-copies of one",
+}
+
+
+def table_counts(suspects: pd.DataFrame, source: str) -> dict[str, int]:
+    held = suspects.loc[suspects["source"] == source, "reasons"].str.split(";").map(set)
+    act = int(held.map(lambda x: bool(x & set(ACT_REASONS))).sum())
+    return {
+        "suspects": len(held),
+        "use": len(held),
+        "act": act,
+        "review": len(held) - act,
+        "probable": int(held.map(lambda x: PROBABILITY_REASON in x).sum()),
+        "near": int(held.map(lambda x: "near_duplicate_positive" in x).sum()),
+        "copies": int(held.map(lambda x: "duplicate_positive" in x).sum()),
+    }
+
+
+def assert_counts_from_the_table(result: tdx.Audit) -> int:
+    """Every number the verdict states about a source's suspects equals its count over
+    ``result.suspects``; returns how many numbers were checked."""
+    checked = 0
+    for name, (_, lines) in assert_one_action(result.verdict()).items():
+        text = " ".join(lines)
+        expected = table_counts(result.suspects, name)
+        for key, pattern in NUMBERS.items():
+            for m in re.finditer(pattern, text):
+                assert int(m[1]) == expected[key], (name, key, m[0])
+                checked += 1
+                if "copies" in m.groupdict():
+                    assert int(m["copies"]) == expected["copies"], (name, m[0])
+    return checked
+
+
+def assert_high_probability_is_a_suspect(result: tdx.Audit) -> None:
+    neg = result.negatives_of("all")
+    high = neg[neg["fn_probability"].to_numpy(dtype=float) >= MIN_PROBABILITY]
+    table = result.suspects_of("all").set_index(["source", "qid", "neg_index"])["reasons"]
+    for key in zip(high["source"], high["qid"], high["neg_index"], strict=True):
+        assert PROBABILITY_REASON in table[key].split(";"), key
+
+
+@pytest.fixture(scope="module")
+def demo() -> tdx.Audit:
+    return tdx.audit("demo", resamples=50)
+
+
+@pytest.fixture(scope="module")
+def mined(tmp_path_factory) -> tdx.Audit:
+    """A file shaped like sentence-transformers' ``mine_hard_negatives`` n-tuple output (anchor,
+    positive, negative_1..5; Parquet) from the demo's bm25 records, three of them with an upper-cased
+    copy of the positive as negative_5; audited with the controls built from it."""
+    rows = []
+    records = [r for r in tdx.load("demo").records if r.source == "bm25" and len(r.negatives) >= 5]
+    for i, r in enumerate(records):
+        negatives = [n.text for n in r.negatives[:5]]
+        if i < 3:
+            negatives[4] = r.positives[0].text.upper()
+        rows.append(
+            {"anchor": r.query, "positive": r.positives[0].text}
+            | {f"negative_{k}": t for k, t in enumerate(negatives, 1)}
+        )
+    path = tmp_path_factory.mktemp("st") / "mined.parquet"
+    pd.DataFrame(rows).to_parquet(path, index=False)
+    return dataclasses.replace(tdx.audit(path, resamples=50), input_path=str(path))
+
+
+def test_demo_counts_come_from_the_one_table(demo):
+    assert assert_counts_from_the_table(demo) >= 4
+    assert_high_probability_is_a_suspect(demo)
+
+
+def test_mined_file_counts_files_and_attributes_agree(mined, tmp_path):
+    """The verdict's numbers are counts over ``Audit.suspects``; suspects.csv holds those rows (the
+    file's own), control_suspects.csv the controls' (``Audit.control_suspects``)."""
+    assert assert_counts_from_the_table(mined) >= 5
+    assert_high_probability_is_a_suspect(mined)
+    action, lines = blocks(mined.verdict())["mined"]
+    assert action == "clean" and any(x.startswith("  Also: ") for x in lines)
+    assert as_run(lines[0]) == {"input": mined.input_path}
+    mined.save(tmp_path)
+    key = ["source", "qid", "neg_index"]
+    own = pd.read_csv(tmp_path / "suspects.csv", keep_default_na=False, dtype={"qid": str})
+    controls = pd.read_csv(tmp_path / "control_suspects.csv", keep_default_na=False, dtype={"qid": str})
+    assert own[key].values.tolist() == mined.suspects[key].values.tolist()
+    assert controls[key].values.tolist() == mined.control_suspects[key].values.tolist()
+    assert set(own["source"]) == {"mined"} and len(controls) and set(controls["kind"]) == {"control"}
+    assert len(own) + len(controls) == len(mined.suspects_of("all"))
+
+
+def test_a_negative_at_the_cut_without_another_reason_is_listed_and_counted():
+    """The issue's 0.81 negative with no reason: with α = 0.99 and δ = 0.99 no rule fires on negatives
+    close to the positive (s(q,n) = 0.88 < 0.99·0.9, s(p0,n) = 0.95), but their fn_probability passes
+    the cut: they are suspects (reason fn_probability), in the table and in the verdict's counts."""
+    p = np.array([0.9, np.sqrt(1 - 0.81), 0.0, 0.0])
+
+    def close(s_qn: float, s_pn: float) -> np.ndarray:
+        b = (s_pn - 0.9 * s_qn) / p[1]
+        return np.array([s_qn, b, 0.0, np.sqrt(1 - s_qn**2 - b**2)])
+
+    vectors, records = {}, []
+    for i in range(12):
+        texts = (f"answer text {i}", f"close passage {i}", f"unrelated passage {i}")
+        vectors |= dict(zip(texts, (p, close(0.88, 0.95), close(0.1, 0.09)), strict=True))
+        records.append(
+            Record(
+                f"q{i}", f"query words {i}", (Passage(f"p{i}", texts[0]),), tuple(Passage(t, t) for t in texts[1:]), "s"
+            )
+        )
+    semantic = SemanticSettings(suspicion=SuspicionSettings(alpha=0.99, delta=0.99))
+    core = audit_records(LoadResult(records), alnum, encoder=FixedEncoder(vectors), semantic=semantic, resamples=20)
+    result = Audit(core, {"data": "s.jsonl"})
+    neg = result.negatives
+    high = neg["fn_probability"].to_numpy(dtype=float) >= MIN_PROBABILITY
+    assert high.sum() == 12 and not neg.loc[high, "fn_positive_aware"].any()
+    assert not neg.loc[high, "fn_near_duplicate_positive"].any()
+    assert result.suspects["reasons"].tolist() == ["fn_probability"] * 12
+    assert result.profile.set_index("source").loc["s", "fn_suspect_rate"] == pytest.approx(0.5)
+    assert_high_probability_is_a_suspect(result)
+    assert assert_counts_from_the_table(result) >= 3
+    action, lines = blocks(result.verdict())["s"]
+    assert action == "clean" and "12 have fn_probability ≥ 0.80" in lines[0]
