@@ -390,7 +390,10 @@ class CleanResult:
                 f"reading + {rows['dropped']} dropped − {rows['added']} added; {rows['lost_negatives']} rows lost "
                 f"negatives ({changed}; rows.csv)"
             )
-        lines.append(f"{d['n_records_out']} records written to {COPY_DIR}/ as {d['output_format']}")
+        if rows:  # the input's own tables: what the file holds is rows
+            lines.append(f"{rows['written']} rows written to {COPY_DIR}/ as {d['output_format']}")
+        else:
+            lines.append(f"{d['n_records_out']} records written to {COPY_DIR}/ as {d['output_format']}")
         if not d["faithful"]:
             lines.append(f"note: {d['note']}")
         return "\n".join(lines)
