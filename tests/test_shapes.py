@@ -430,3 +430,22 @@ def test_list_cells_printed_by_numpy_json_and_python():
     assert parse_list_cell("['x', 'y']") == ["x", "y"]
     with pytest.raises(ValueError):
         parse_list_cell("[1 ... 3]")
+
+
+def test_repeats_across_rows_are_reported_as_merges(tmp_path):
+    """Kills: the n-tuple's expected repeats (one row per (anchor, positive) pair) shown as
+    exclusions in the summary a user reads, and a merge not kept in the exclusion log."""
+    from transferdx.display import exclusions_phrase
+
+    rows = [
+        {"anchor": "q one", "positive": "p one", "negative_1": "n a", "negative_2": "n b"},
+        {"anchor": "q one", "positive": "p two", "negative_1": "n a", "negative_2": "n b"},
+    ]
+    path = tmp_path / "mined.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    loaded = tdx.load(path)
+    assert [e.merged for e in loaded.exclusions] == [True, True]
+    assert exclusions_phrase(loaded.exclusions) == (
+        "0 exclusions and 2 merged repeats (a negative on several rows of one query, kept once)"
+    )
+    assert exclusions_phrase(loaded.exclusions[:0], 3) == "0 exclusions (3 records of no known source)"

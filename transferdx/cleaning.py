@@ -381,7 +381,7 @@ class CleanResult:
         if len(self.emptied) > 20:
             lines.append(f"  … and {len(self.emptied) - 20} more")
         if d["n_excluded"]:
-            lines.append(f"{d['n_excluded']} input items excluded on reading (exclusions.csv)")
+            lines.append(f"{display.exclusions_phrase(self.loaded.exclusions)} on reading (exclusions.csv)")
         rows = d.get("rows")
         if rows:
             changed = ", ".join(f"{v} {k}" for k, v in rows["by_change"].items()) or "none changed"

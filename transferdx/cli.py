@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from transferdx.cli_help import entry, run_guarded
+from transferdx.display import exclusions_phrase
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -40,12 +41,9 @@ def run_audit(cfg: DictConfig) -> Path:
         print(f"controls flagged: {catch['n_controls_flagged']}/{catch['n_controls']}; genuine flagged: {genuine}")
     for row in flags.itertuples():
         print(f"flag {row.source}: {row.flag_reasons}")
-    n_records, n_sources, n_excluded = len(result.records), len(result.profile), len(result.result.exclusions)
-    unattributed = result.result.profile.n_excluded_unattributed
-    of_which = f" ({unattributed} records of no known source)" if unattributed else ""
+    excluded = exclusions_phrase(result.result.exclusions, result.result.profile.n_excluded_unattributed)
     print(
-        f"\n{n_records} records from {n_sources} sources; {n_excluded} exclusions{of_which} (see exclusions.csv);",
-        end="",
+        f"\n{len(result.records)} records from {len(result.profile)} sources; {excluded} (see exclusions.csv);", end=""
     )
     print(f" {len(flags)} flagged; {time.perf_counter() - started:.1f}s")
     print(f"artifacts: {out.resolve()}\n")

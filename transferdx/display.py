@@ -101,6 +101,17 @@ def _count(n: int, word: str) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
+def exclusions_phrase(exclusions: Sequence[Any], unattributed: int = 0) -> str:
+    """``N exclusions`` with the expected ones said apart: a negative repeated on another row of its
+    query (``Exclusion.merged``) is merged, kept once, not a problem in the file."""
+    merged = sum(1 for e in exclusions if getattr(e, "merged", False))
+    text = f"{len(exclusions)} exclusions"
+    if merged:
+        other = len(exclusions) - merged
+        text = f"{other} exclusions and {merged} merged repeats (a negative on several rows of one query, kept once)"
+    return text + (f" ({unattributed} records of no known source)" if unattributed else "")
+
+
 def audit_repr(profile: Any, n_suspects: int) -> str:
     """A few lines: sources by kind, records, negatives, the flagged sources, the suspects among the
     user's own (genuine) sources, and what to look at next."""

@@ -26,6 +26,7 @@ import numpy as np
 from transferdx import display
 
 POLICIES = ("raise", "skip")
+MERGED_NEGATIVE = "duplicate negative (also row"  # the reason of an expected merge (Exclusion.merged)
 KINDS = ("genuine", "control")
 # A negative whose text equals one of the record's positives is an error, except when the source
 # built it on purpose (the own_positive_mix control marks such negatives with this relation).
@@ -43,7 +44,8 @@ class InputError(ValueError):
 
 @dataclass(frozen=True)
 class Exclusion:
-    """One input item left out of the output, with where it came from and why."""
+    """One input item left out of the output, with where it came from and why (:attr:`merged`: an
+    expected one, the same negative on another row of its query, kept once)."""
 
     file: str
     line: str
@@ -55,6 +57,12 @@ class Exclusion:
     item: str  # passage id for negative/positive units, "" for records
     field: str
     reason: str
+
+    @property
+    def merged(self) -> bool:
+        """A negative an earlier row of the same query already gave (one row per (query, positive)
+        pair, as ``mine_hard_negatives`` writes): expected, the negative is kept once."""
+        return self.unit == "negative" and self.reason.startswith(MERGED_NEGATIVE)
 
 
 @dataclass(frozen=True)

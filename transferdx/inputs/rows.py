@@ -39,7 +39,17 @@ from typing import Any
 import numpy as np
 
 from transferdx.inputs.reading import FieldProblem, RecordBuilder, slice_text, text_value
-from transferdx.inputs.records import ANCHORS, LoadResult, Passage, Plan, Record, Table, query_id, text_id
+from transferdx.inputs.records import (
+    ANCHORS,
+    MERGED_NEGATIVE,
+    LoadResult,
+    Passage,
+    Plan,
+    Record,
+    Table,
+    query_id,
+    text_id,
+)
 from transferdx.inputs.tables import plain
 
 # ---------------------------------------------------------------------------------------------
@@ -284,7 +294,7 @@ class RowReader:
                     builder.exclude(
                         line,
                         "negative",
-                        f"duplicate negative (also row {first})",
+                        f"{MERGED_NEGATIVE} {first})",
                         source=source,
                         qid=group.qid,
                         unit="negative",
