@@ -47,7 +47,8 @@ def run_audit(cfg: DictConfig) -> Path:
     )
     print(f" {len(flags)} flagged; {time.perf_counter() - started:.1f}s")
     print(f"artifacts: {out.resolve()}\n")
-    print(result.verdict(written=True))
+    print(f"{result.legend()}\n")  # what each direction means, before the verdict: the verdict ends the output
+    print(result.verdict(written=True, legend=False))
     return out
 
 

@@ -12,7 +12,7 @@ import pandas as pd
 
 from transferdx.auditing.core import AuditResult
 from transferdx.auditing.report import exclusions_frame, write_audit
-from transferdx.auditing.verdict import audit_facts, verdict_lines
+from transferdx.auditing.verdict import audit_facts, legend_lines, verdict_lines
 from transferdx.display import audit_markdown, audit_repr
 from transferdx.inputs.records import KINDS, Record
 from transferdx.inputs.texts import text_column
@@ -148,17 +148,27 @@ class Audit:
         """Per source: how its negatives were made (negative-set descriptor)."""
         return self.result.profile.descriptors
 
-    def verdict(self, written: bool = False) -> str:
+    def verdict(self, written: bool = False, legend: bool = True) -> str:
         """The verdict in plain words (Markdown): each source's bottom line, flags, suspected false
-        negatives, the genuine sources by mean ψ (also the top of report.md). ``written``: the
-        artifacts were saved, so it points to suspects.csv; else to the ``.suspects`` attribute. Its
-        command names :attr:`input_path`."""
+        negatives, the genuine sources by mean ψ (also the top of report.md) and, with ``legend``,
+        what each direction means. ``written``: the artifacts were saved, so it points to
+        suspects.csv; else to the ``.suspects`` attribute. Its command names :attr:`input_path`."""
         profile = self.result.profile
         facts = audit_facts(self.result)
         lines = verdict_lines(
-            profile.rows, profile.catch_rate, self.settings, written=written, facts=facts, input_path=self.input_path
+            profile.rows,
+            profile.catch_rate,
+            self.settings,
+            written=written,
+            facts=facts,
+            input_path=self.input_path,
+            legend=legend,
         )
         return "\n".join(lines)
+
+    def legend(self) -> str:
+        """What each direction means (the verdict's last section; the command line prints it first)."""
+        return "\n".join(legend_lines(self.result.profile.rows)).strip("\n")
 
     def summary(self) -> str:
         """The profile as a fixed-width text table (what ``transferdx-audit`` prints)."""

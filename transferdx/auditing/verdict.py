@@ -546,6 +546,7 @@ def verdict_lines(
     facts: Mapping[str, SourceFacts] | None = None,
     written: bool = True,
     input_path: str | None = None,
+    legend: bool = True,
 ) -> list[str]:
     """The verdict section: per genuine source its bottom line (:func:`bottom_line`), a small-sample
     warning, the suspects with the rule's measured precision, inversions, what the controls built
@@ -600,7 +601,13 @@ def verdict_lines(
                 )
     out += _controls_lines(rows, catch, settings)
     out += _ranking_lines(genuine)
-    out += ["", "Which way is which:", ""]
+    return out + legend_lines(rows) if legend else out
+
+
+def legend_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What each direction means, for the diagnostics the profile has (the verdict's last section in
+    report.md; the command line prints it before the verdict, so that the verdict ends the output)."""
+    out = ["", "Which way is which:", ""]
     for column, (symbol, higher, better) in DIRECTIONS.items():
         if any(not math.isnan(_num(r, column)) for r in rows):
             out.append(f"- {symbol}: higher = {higher}; {better}.")
