@@ -251,11 +251,10 @@ def keep(
     writer or the storage form is unknown (the clean verb then writes records JSONL and says why)."""
     if write is None:
         found = detect_shape(table.columns)
-        fmt = None if found is None else next(f for f in FORMATS.values() if f.shape is found[0])
-        if fmt is None or fmt.write is None or found is None:
+        if found is None or found[0].write is None:
             result.unwritable.append(f"{name} (columns {table.columns}) has no writer")
             return
-        write, plan = fmt.write, found[1]
+        write, plan = found[0].write, found[1]
     if storage is None:
         result.unwritable.append(f"{name} has no recognised form")
         return
@@ -285,12 +284,12 @@ def load_table(
     return result
 
 
-def detect_shape(columns: Sequence[str]) -> tuple[Shape, Plan] | None:
-    """The shape of the first registered format whose detector accepts ``columns``, with its plan."""
+def detect_shape(columns: Sequence[str]) -> tuple[Format, Plan] | None:
+    """The first registered format whose shape's detector accepts ``columns``, with its plan."""
     for fmt in FORMATS.values():
         plan = None if fmt.shape is None else fmt.shape.detect(columns)
-        if fmt.shape is not None and plan is not None:
-            return fmt.shape, plan
+        if plan is not None:
+            return fmt, plan
     return None
 
 
@@ -312,9 +311,10 @@ def read_shaped(table: Table, builder: RecordBuilder, source: str | None, defaul
             "<columns>",
             f"unrecognised shape: columns {table.columns}; recognised shapes: {shapes_help()}{hint}",
         )
-    shape, plan = found
-    name = source if shape.rows_name_source else (source or default)
-    return shape.read(table, builder, name, plan)
+    fmt, plan = found
+    assert fmt.shape is not None
+    name = source if fmt.shape.rows_name_source else (source or default)
+    return fmt.shape.read(table, builder, name, plan)
 
 
 # ---------------------------------------------------------------------------------------------

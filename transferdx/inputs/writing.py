@@ -29,11 +29,9 @@ from transferdx.inputs.records import (
     KeptTable,
     LoadResult,
     Passage,
-    Plan,
     Record,
     Table,
 )
-from transferdx.inputs.registry import FORMATS, Format, detect_shape
 from transferdx.inputs.tables import SIDECARS, TEXT_FORMS, form_of, load_from_disk, read_arrow
 
 # ---------------------------------------------------------------------------------------------
@@ -180,16 +178,6 @@ def fill_slots(kept: Sequence[Passage], k: int, query: CleanedQuery, fill: str =
         i += 1
         change = "repeated" if change == "refilled" else change
     return slots, change
-
-
-def writer_for(columns: Sequence[str]) -> tuple[Format, Plan] | None:
-    """The format a table with ``columns`` is read as (the first detector that accepts them) and its
-    plan, when that format has a writer; None otherwise."""
-    found = detect_shape(columns)
-    if found is None:
-        return None
-    fmt = next(f for f in FORMATS.values() if f.shape is found[0])
-    return (fmt, found[1]) if fmt.write is not None else None
 
 
 def rewrite(kept: KeptTable, cleaning: Cleaning) -> Rewritten:

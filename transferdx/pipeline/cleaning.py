@@ -39,15 +39,17 @@ from transferdx.pipeline.settings import AuditOptions
 ROW_EXCLUSION_UNITS = ("record", "line")  # exclusions that leave a whole table row out
 
 
-def _cleaning(queries: Sequence[CleanedQuery], removed: pd.DataFrame, skip: frozenset[int] = frozenset()) -> Cleaning:
+def _cleaning(queries: Sequence[CleanedQuery], removed: pd.DataFrame, fill: str, keep: int | None) -> Cleaning:
+    """The writers' view of the cleaned queries (built once; each table adds its skipped lines)."""
     dropped: dict[tuple[str, str], set[str]] = {}
     for source, qid, neg_id in zip(removed["source"], removed["qid"], removed["neg_id"], strict=True):
         dropped.setdefault((str(source), str(qid)), set()).add(str(neg_id))
     return Cleaning(
         {(q.record.source, q.record.qid): q for q in queries},
         {(q.record.source, q.record.query): q for q in queries},
-        skip,
-        {key: frozenset(ids) for key, ids in dropped.items()},
+        dropped={key: frozenset(ids) for key, ids in dropped.items()},
+        fill=fill,
+        keep=keep,
     )
 
 
@@ -78,15 +80,23 @@ def _copy_tables(
         else:
             why = f"in-memory input ({type(data).__name__})"
         return [], f"{why} cannot be written back in its own format; the copy is records JSONL"
+    base = _cleaning(queries, removed, fill, keep)
     out = []
     for kept in loaded.tables:
-        cleaning = dataclasses.replace(
-            _cleaning(queries, removed, _skip_lines(loaded, kept.label)), fill=fill, keep=keep
-        )
-        rewritten = rewrite(kept, cleaning)
+        rewritten = rewrite(kept, dataclasses.replace(base, skip_lines=_skip_lines(loaded, kept.label)))
         n_in = len(kept.table.rows) + kept.table.n_unreadable
-        copy = CopyTable(kept.name, kept.storage, rewritten, kept.path, kept.split, n_in, kept.table.n_unreadable)
-        out.append(dataclasses.replace(copy, companions=kept.companions))
+        out.append(
+            CopyTable(
+                kept.name,
+                kept.storage,
+                rewritten,
+                kept.path,
+                kept.split,
+                n_in,
+                kept.table.n_unreadable,
+                kept.companions,
+            )
+        )
     return out, ""
 
 
