@@ -280,9 +280,19 @@ def mined(tmp_path_factory) -> tdx.Audit:
     return dataclasses.replace(tdx.audit(path, resamples=50), input_path=str(path))
 
 
+def assert_cleaner_counts_from_the_table(result: tdx.Audit, records) -> None:
+    """The cleaner removes exactly the suspects the verdict calls probable false negatives and lists
+    the rest of the table (the user's sources') for review."""
+    counts = [table_counts(result.suspects, s) for s in result.suspects["source"].unique()]
+    cleaned = tdx.clean(records, result)
+    assert cleaned.descriptor["n_removed"] == len(cleaned.removed) == sum(c["act"] for c in counts)
+    assert len(cleaned.review) == sum(c["review"] for c in counts)
+
+
 def test_demo_counts_come_from_the_one_table(demo):
     assert assert_counts_from_the_table(demo) >= 4
     assert_high_probability_is_a_suspect(demo)
+    assert_cleaner_counts_from_the_table(demo, "demo")
 
 
 def test_mined_file_counts_files_and_attributes_agree(mined, tmp_path):
@@ -290,6 +300,7 @@ def test_mined_file_counts_files_and_attributes_agree(mined, tmp_path):
     file's own), control_suspects.csv the controls' (``Audit.control_suspects``)."""
     assert assert_counts_from_the_table(mined) >= 5
     assert_high_probability_is_a_suspect(mined)
+    assert_cleaner_counts_from_the_table(mined, mined.input_path)
     action, lines = blocks(mined.verdict())["mined"]
     assert action == "clean" and any(x.startswith("  Also: ") for x in lines)
     assert as_run(lines[0]) == {"input": mined.input_path}
@@ -335,3 +346,26 @@ def test_a_negative_at_the_cut_without_another_reason_is_listed_and_counted():
     assert assert_counts_from_the_table(result) >= 3
     action, lines = blocks(result.verdict())["s"]
     assert action == "clean" and "12 have fn_probability ≥ 0.80" in lines[0]
+
+
+@pytest.mark.slow
+def test_scifact_counts_agree_across_verdict_cleaner_and_files(data, tmp_path):
+    """SciFact (train, first 120 queries): BM25 top-8 and perturbations of the positive, audited with
+    the default encoder. The verdict's numbers are counts over ``Audit.suspects``; the cleaner removes
+    exactly the suspects the verdict calls probable false negatives (``act``) and lists the others for
+    review; suspects.csv holds the same rows."""
+    qs = tdx.load_query_set(data / "beir" / "scifact", format="beir", split="train")
+    first = list(qs.queries)[:120]
+    qs = dataclasses.replace(
+        qs, queries={q: qs.queries[q] for q in first}, positives={q: qs.positives[q] for q in first}
+    )
+    records = tdx.build_sources(qs, ["bm25", "perturb"], k=8)
+    result = tdx.audit(records, resamples=20, controls="none")
+    assert assert_counts_from_the_table(result) >= 6
+    assert_high_probability_is_a_suspect(result)
+    assert table_counts(result.suspects, "perturb")["act"] > 0  # perturbations carry the answer
+    assert_cleaner_counts_from_the_table(result, records)
+    result.save(tmp_path)
+    own = pd.read_csv(tmp_path / "suspects.csv", keep_default_na=False, dtype={"qid": str})
+    key = ["source", "qid", "neg_index"]
+    assert own[key].values.tolist() == result.suspects[key].values.tolist()

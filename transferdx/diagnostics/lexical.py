@@ -90,11 +90,13 @@ def _incidence(texts: Sequence[str], tokenizer: Tokenizer, vocab: Mapping[str, i
     """
     blocks = []
     chunks = range(0, len(texts), TEXT_CHUNK)
-    for start in tqdm(chunks, desc=desc, unit="chunk", disable=len(texts) < PROGRESS_MIN, leave=False):
-        part = texts[start : start + TEXT_CHUNK]
-        tokens, owner = token_stream(part, tokenizer)
-        cols = np.fromiter(map(vocab.get, tokens, repeat(-1)), dtype=np.int64, count=len(tokens))
-        blocks.append(_incidence_block(owner, cols, len(part), len(vocab)))
+    with tqdm(total=len(texts), desc=desc, unit="text", disable=len(texts) < PROGRESS_MIN, leave=False) as bar:
+        for start in chunks:
+            part = texts[start : start + TEXT_CHUNK]
+            tokens, owner = token_stream(part, tokenizer)
+            cols = np.fromiter(map(vocab.get, tokens, repeat(-1)), dtype=np.int64, count=len(tokens))
+            blocks.append(_incidence_block(owner, cols, len(part), len(vocab)))
+            bar.update(len(part))
     return _stack(blocks, len(vocab))
 
 
@@ -105,13 +107,15 @@ def query_incidence(query_texts: Sequence[str], tokenizer: Tokenizer) -> tuple[d
     blocks = []
     chunks = range(0, len(query_texts), TEXT_CHUNK)
     quiet = len(query_texts) < PROGRESS_MIN
-    for start in tqdm(chunks, desc="tokenise queries", unit="chunk", disable=quiet, leave=False):
-        part = query_texts[start : start + TEXT_CHUNK]
-        tokens, owner = token_stream(part, tokenizer)
-        for t in dict.fromkeys(tokens.tolist()):
-            vocab.setdefault(t, len(vocab))
-        cols = np.fromiter(map(vocab.__getitem__, tokens), dtype=np.int64, count=len(tokens))
-        blocks.append(_incidence_block(owner, cols, len(part), len(vocab)))
+    with tqdm(total=len(query_texts), desc="tokenise queries", unit="query", disable=quiet, leave=False) as bar:
+        for start in chunks:
+            part = query_texts[start : start + TEXT_CHUNK]
+            tokens, owner = token_stream(part, tokenizer)
+            for t in dict.fromkeys(tokens.tolist()):
+                vocab.setdefault(t, len(vocab))
+            cols = np.fromiter(map(vocab.__getitem__, tokens), dtype=np.int64, count=len(tokens))
+            blocks.append(_incidence_block(owner, cols, len(part), len(vocab)))
+            bar.update(len(part))
     return vocab, _stack(blocks, len(vocab))
 
 

@@ -14,10 +14,11 @@ identifies the weights);
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import shutil
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -269,6 +270,21 @@ def resolve_device(device: str) -> str:
     return device
 
 
+@contextlib.contextmanager
+def _no_weight_loading_bar() -> Iterator[None]:
+    """transformers' own "Loading weights" bar off while a model loads (a second of noise before the
+    audit's own bars); download bars are huggingface_hub's and stay on. Restored afterwards."""
+    from transformers.utils import logging as hf_logging
+
+    active = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if active:
+            hf_logging.enable_progress_bar()
+
+
 def load_sentence_transformer(location: str, spec: EncoderSpec) -> Any:
     """The ``SentenceTransformer`` at ``location`` (from :func:`resolve_model`) on the spec's device
     (``auto``: CUDA when available), with its max sequence length; ValueError naming the encoder when
@@ -277,12 +293,13 @@ def load_sentence_transformer(location: str, spec: EncoderSpec) -> Any:
 
     device = resolve_device(spec.device)
     try:
-        model = SentenceTransformer(
-            location,
-            device=device,
-            revision=spec.revision if spec.source == "hub" else None,
-            trust_remote_code=spec.trust_remote_code,
-        )
+        with _no_weight_loading_bar():
+            model = SentenceTransformer(
+                location,
+                device=device,
+                revision=spec.revision if spec.source == "hub" else None,
+                trust_remote_code=spec.trust_remote_code,
+            )
     except OSError as exc:  # not found locally, or the hub is out of reach
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValueError(f"encoder {spec.name!r}: cannot load {location!r} (source {spec.source}): {first}") from exc
