@@ -4,6 +4,7 @@ cache keys per runtime, the cached OpenVINO export (re-used, healed, offline fro
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -55,7 +56,9 @@ def test_evaluation_static_models_and_custom_factories_stay_on_torch_fp32(tmp_pa
     from transferdx.pipeline.encoders import make_encoder
 
     assert make_encoder(MINILM, tmp_path, reference=True).runtime == b.Runtime()
-    assert make_encoder(MINILM, tmp_path).runtime == b.Runtime("openvino", "fp32")
+    auto = make_encoder(MINILM, tmp_path)  # the runtime measured faster here (either; kept once measured)
+    identity = f"{MINILM.model}@{auto.revision}"
+    assert auto.runtime == b.read_choice(b.choice_path(identity, auto.encoder.models_dir, MINILM.batch_size))
     static = EmbeddingCache(tdx.pipeline.encoder_spec("static_minilm"), tmp_path)
     assert static.runtime == b.Runtime()
     as_folder = EncoderSpec(name="static", model=static.encoder.location, source="path")  # not a transformer
@@ -65,6 +68,35 @@ def test_evaluation_static_models_and_custom_factories_stay_on_torch_fp32(tmp_pa
     assert tdx.pipeline.encoder_spec("minilm_l6", backend="torch").backend == "torch"
     with pytest.raises(ValueError, match="unknown encoder settings"):
         tdx.pipeline.encoder_spec("minilm_l6", backnd="torch")
+
+
+def test_the_faster_backend_needs_the_same_vectors():
+    assert b.faster_backend(2.0, 1.0, 1e-7) == "openvino"
+    assert b.faster_backend(1.0, 2.0, 0.0) == "torch"
+    assert b.faster_backend(2.0, 1.0, 10 * b.CHOICE_PARITY) == "torch"  # faster but not the same vectors
+    assert b.faster_backend(1.0, 1.0, 0.0) == "torch"  # a tie keeps the reference runtime
+
+
+def test_auto_keeps_the_runtime_measured_faster_on_this_machine(tmp_path, monkeypatch):
+    """backend=auto on a CPU times torch and OpenVINO on the same texts once, keeps the faster (with
+    the same vectors) beside the exports, and a later encoder reads that choice without loading the
+    model; an explicit backend is never measured."""
+    from .tiny import tiny_model
+
+    monkeypatch.setenv("TRANSFERDX_MODEL_DIR", str(tmp_path / "models"))
+    folder = tiny_model(tmp_path / "tiny")
+    auto = EncoderSpec(name="tiny", model=str(folder), source="path", batch_size=16)
+    first = EmbeddingCache(auto, tmp_path / "a", progress=False)
+    record = first.encoder.choice
+    assert record is not None and record["texts"] == b.CHOICE_TEXTS and record["max_abs_difference"] < b.CHOICE_PARITY
+    assert first.runtime == b.Runtime(record["choice"], "fp32")
+    assert record["choice"] == b.faster_backend(record["torch_seconds"], record["openvino_seconds"], 0.0)
+    (path,) = (tmp_path / "models").glob("runtime-choice-*.json")
+    assert json.loads(path.read_text())["choice"] == record["choice"]
+    again = EmbeddingCache(auto, tmp_path / "b", progress=False)
+    assert again.runtime == first.runtime and again.encoder.choice is None and again.encoder._model is None
+    explicit = EmbeddingCache(dataclasses.replace(auto, backend="openvino"), tmp_path / "c", progress=False)
+    assert explicit.runtime == b.Runtime("openvino", "fp32") and explicit.encoder.choice is None
 
 
 # -- cache keys and exports ----------------------------------------------------------------------

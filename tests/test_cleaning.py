@@ -188,6 +188,7 @@ def test_copy_keeps_a_records_file_and_says_when_it_cannot(tmp_path):
     b = tdx.clean(path, encoder=None, resamples=20, out=tmp_path / "b", reasons=TEXT)
     names = sorted(str(p.relative_to(tmp_path / "a")) for p in (tmp_path / "a").rglob("*") if p.is_file())
     assert names == [
+        ".transferdx-complete",  # written last: the folder is finished (docs/outputs.md)
         "clean.json",
         "cleaned/mined.jsonl",
         "emptied.csv",

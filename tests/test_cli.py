@@ -156,6 +156,7 @@ def test_build_then_audit_the_folder(tmp_path):
     )
     names = sorted(p.name for p in out.iterdir())
     assert names == [
+        ".transferdx-complete",
         "bm25+perturb.jsonl",
         "bm25.jsonl",
         "descriptors.json",

@@ -345,13 +345,35 @@ def test_each_year_with_the_other_years_detector_matches_the_committed_table(two
         for key in ("cut", "em_prior", "test_base_rate", "n_judged", "n_unjudged"):
             assert d[key] == pytest.approx(row[key], abs=1e-6), key
         for form in ("raw", "adjusted"):
-            for key in ("precision", "recall", "f1", "ap", "ece", "n_suspected"):
-                assert d[form][key] == pytest.approx(row[form][key], abs=1e-6), (form, key)
+            for key, tol in within_borderline(row[form], row["n_judged"]).items():
+                assert d[form][key] == pytest.approx(row[form][key], abs=tol), (form, key)
         # the prior test: judged negatives subsampled to 5%, 15%, 30% and 57.5% false negatives
         tested = years.prior_test(d)
         for got, want in zip(tested, committed["prior_test"][f"{row['train']}->{row['test']}"], strict=True):
             assert got == pytest.approx(want, abs=1e-6)
             assert got["mean_ece"] < got["mean_ece_unadjusted"] or got["rate"] == 0.575
+
+
+# Negatives on a threshold: the CPU's float path (AVX2, AVX-512) moves an encoder's vectors by ~1e-7,
+# which can carry a negative that sits on a cut across it. Counts may differ by BORDERLINE items and
+# the rates computed from them by what BORDERLINE items change; scores away from a cut to 1e-6.
+BORDERLINE = 2
+
+
+def within_borderline(row: dict, n_judged: int) -> dict[str, float]:
+    """The tolerance of each thresholded figure of a detector's row: ``BORDERLINE`` negatives moved
+    across the cut (precision, recall, F1 change by at most about BORDERLINE/n; the binned calibration
+    error by BORDERLINE/n_judged); the average precision (no cut) to 1e-6."""
+    suspected = max(1, row["n_suspected"])
+    relevant = max(1.0, row["precision"] * suspected / row["recall"]) if row["recall"] else 1.0  # tp / recall
+    return {
+        "n_suspected": BORDERLINE,
+        "precision": BORDERLINE / suspected,
+        "recall": BORDERLINE / relevant,
+        "f1": BORDERLINE / min(suspected, relevant),
+        "ece": BORDERLINE / max(1, n_judged),
+        "ap": 1e-6,
+    }
 
 
 @pytest.mark.slow

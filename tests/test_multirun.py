@@ -220,3 +220,50 @@ def test_validation_preset_trains_controls_with_seeds_and_reruns_byte_for_byte(t
     for path in sorted((first / "tables").rglob("*")):
         if path.is_file() and path.name != "manifest.json":
             assert path.read_bytes() == (second / "tables" / path.relative_to(first / "tables")).read_bytes(), path
+
+
+def test_a_study_twice_from_empty_caches_writes_the_same_bytes(tiny_conf, tmp_path, data):
+    """Same config and seed → the same bytes, studies included: the tiny study run twice from empty
+    caches writes identical files (every one of them: audit, trainings' evaluations, study.csv,
+    tables); a third run with warm caches reuses the trainings and the finished evaluations
+    (``<cache>/evaluations``, not rewritten) and writes the same bytes again."""
+    import shutil
+
+    def study(out: Path) -> None:
+        run_cli(
+            "study",
+            "+experiment=small_study",
+            "backbone=tiny_a",
+            "sources=[bm25,perturb]",
+            f"hydra.searchpath=[file://{tiny_conf / 'conf'}]",
+            f"paths.data_dir={data}",
+            f"paths.artifact_dir={tmp_path / 'artifacts'}",
+            f"paths.cache_dir={tmp_path / 'cache'}",
+            f"output_dir={out}",
+            "training.max_steps=2",
+            "training.batch_size=8",
+            "training.max_seq_length=16",
+            "benchmark.max_queries=10",
+            "bootstrap.resamples=50",
+        )
+
+    def files(out: Path) -> dict[str, bytes]:
+        return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+    study(tmp_path / "first")
+    shutil.rmtree(tmp_path / "cache")
+    shutil.rmtree(tmp_path / "artifacts")
+    study(tmp_path / "second")
+    first, second = files(tmp_path / "first"), files(tmp_path / "second")
+    assert len(first) >= 40 and ".transferdx-complete" in first
+    assert first.keys() == second.keys()
+    assert [name for name in first if first[name] != second[name]] == []
+    evaluations = sorted((tmp_path / "cache" / "evaluations").iterdir())
+    assert len(evaluations) == 3  # the frozen backbone and one training per source, on SciFact
+    models = sorted((tmp_path / "artifacts" / "models").rglob(".complete"))
+    assert len(models) == 2
+    stamps = [p.stat().st_mtime_ns for p in [*evaluations, *models]]
+    study(tmp_path / "third")
+    assert files(tmp_path / "third") == first
+    after = sorted((tmp_path / "cache" / "evaluations").iterdir())
+    assert [p.stat().st_mtime_ns for p in [*after, *models]] == stamps  # nothing retrained or re-evaluated

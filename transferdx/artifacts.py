@@ -43,6 +43,11 @@ def atomic_file(path: str | Path, mode: str = "wb") -> Iterator[Any]:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if exc.filename is None:  # a failed write or fsync (a full disk) names no file: name the one written
+            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -62,7 +67,9 @@ def atomic_folder(target: str | Path) -> Iterator[Path]:
     yielded folder's parent is a private scratch folder for temporary files."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    remove_abandoned_work(target)
+    prefix = f".{target.name}.{_WORK_TAG}.{_host()}.{os.getpid()}."
+    work = Path(tempfile.mkdtemp(prefix=prefix, dir=target.parent))
     try:
         folder = work / "folder"
         folder.mkdir()
@@ -72,6 +79,39 @@ def atomic_folder(target: str | Path) -> Iterator[Path]:
         os.replace(folder, target)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+_WORK_TAG = "work"  # marks atomic_folder's scratch folders: .<name>.work.<host>.<pid>.<random>
+
+
+def remove_abandoned_work(target: str | Path) -> list[Path]:
+    """Remove the scratch folders of :func:`atomic_folder` for ``target`` that a run on this host
+    left behind when it was killed (its pid is gone): an interrupted OpenVINO export leaves ~90 MB.
+    Another host's, or a live run's, are left alone. Returns what was removed."""
+    target = Path(target)
+    removed = []
+    host = _host()
+    for work in target.parent.glob(f".{target.name}.{_WORK_TAG}.*"):
+        parts = work.name[len(target.name) + 2 :].split(".")  # work, host, pid, random
+        if len(parts) < 4 or parts[1] != host or not parts[2].isdigit() or _alive(int(parts[2])):
+            continue
+        shutil.rmtree(work, ignore_errors=True)
+        removed.append(work)
+    return removed
+
+
+def _host() -> str:
+    return socket.gethostname().replace(".", "-")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
 
 
 def _umask() -> int:
@@ -206,10 +246,104 @@ def claim_folder(folder: str | Path) -> Iterator[Path]:
     os.ftruncate(fd, 0)
     os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, started {stamp}\n".encode())
     try:
-        yield folder
+        with owned_folder(folder, since=os.fstat(fd).st_mtime):
+            yield folder
     finally:
         path.unlink(missing_ok=True)
         os.close(fd)
+
+
+@contextmanager
+def owned_folder(folder: str | Path, since: float | None = None) -> Iterator[Path]:
+    """Write into ``folder`` as one run: the completion marker of the last finished run there is
+    taken away at the start (the folder is being rewritten), and when the block ends without an
+    exception the files that run wrote and this one did not are removed and a new
+    :data:`COMPLETE_FILE` lists the files written (modified since the start, by the file system's
+    own clock; ``since`` gives it). A user's own files, older than the last run, are never touched."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    if since is None:
+        probe = folder / f".start.{_host()}.{os.getpid()}.{secrets.token_hex(4)}"
+        probe.touch()
+        since = probe.stat().st_mtime
+        probe.unlink()
+    earlier = _take_marker(folder)
+    yield folder
+    written = _files_since(folder, since)
+    for name in sorted(set(earlier) - set(written)):  # the previous run's, not rewritten: stale
+        _remove_owned(folder, name)
+    atomic_write_text(folder / COMPLETE_FILE, canonical_json({"files": written}) + "\n")
+
+
+COMPLETE_FILE = ".transferdx-complete"
+
+
+class IncompleteOutputWarning(UserWarning):
+    """Reading from an output folder whose run did not finish (no completion marker)."""
+
+
+def _take_marker(folder: Path) -> list[str]:
+    """The files a finished earlier run in ``folder`` wrote (its marker's list), removing the marker:
+    from now on the folder is being rewritten, so it is not complete until this run ends."""
+    marker = folder / COMPLETE_FILE
+    try:
+        files = json.loads(marker.read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        files = []
+    marker.unlink(missing_ok=True)
+    return [f for f in files if isinstance(f, str)]
+
+
+def _files_since(folder: Path, started: float) -> list[str]:
+    """Files under ``folder`` (relative, sorted) modified since ``started``; hidden files and folders
+    (claims, scratch, Hydra's ``.hydra``) left out."""
+    found = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in files:
+            full = Path(root) / name
+            if name.startswith(".") or full.is_symlink():
+                continue
+            try:
+                if full.stat().st_mtime >= started:
+                    found.append(full.relative_to(folder).as_posix())
+            except OSError:
+                continue
+    return sorted(found)
+
+
+def _remove_owned(folder: Path, name: str) -> None:
+    """Remove ``folder/name`` (a file an earlier finished run wrote there) and the folders it leaves
+    empty, never anything outside ``folder``."""
+    try:
+        target = safe_join(folder, name)
+    except ValueError:
+        return
+    if not target.is_file() or target.is_symlink():
+        return
+    target.unlink(missing_ok=True)
+    root = folder.resolve()
+    parent = target.parent
+    while parent != root and root in parent.parents:
+        try:
+            parent.rmdir()
+        except OSError:
+            break
+        parent = parent.parent
+
+
+def incomplete_output(path: str | Path, levels: int = 3) -> Path | None:
+    """The transferdx output folder holding ``path`` (itself or up to ``levels`` folders above it) when
+    the run writing it has not finished or was cut short (no :data:`COMPLETE_FILE`); None otherwise.
+    An output folder is one with ``clean.json``, ``profile.json`` or a run's claim file."""
+    here = Path(path).resolve()
+    for folder in [here, *here.parents][: levels + 1]:
+        if not folder.is_dir():
+            continue
+        if any((folder / name).exists() for name in ("clean.json", "profile.json", CLAIM_FILE)):
+            finished = (folder / COMPLETE_FILE).is_file() and not (folder / CLAIM_FILE).exists()
+            return None if finished else folder
+    return None
 
 
 def run_id() -> str:

@@ -50,7 +50,14 @@ import numpy as np
 import pandas as pd
 
 from transferdx import display
-from transferdx.artifacts import atomic_write_bytes, atomic_write_text, canonical_json, csv_text, safe_join
+from transferdx.artifacts import (
+    atomic_write_bytes,
+    atomic_write_text,
+    canonical_json,
+    csv_text,
+    owned_folder,
+    safe_join,
+)
 from transferdx.auditing.report import exclusions_frame
 from transferdx.auditing.result import Audit
 from transferdx.diagnostics.suspicion import ENCODER_REASONS, REASONS, RULES, normalise_text
@@ -396,14 +403,23 @@ class CleanResult:
             lines.append(f"{d['n_records_out']} records written to {COPY_DIR}/ as {d['output_format']}")
         if not d["faithful"]:
             lines.append(f"note: {d['note']}")
+        if d.get("input_changed"):
+            lines.append(
+                f"note: {', '.join(d['input_changed'])} changed on disk while cleaning ran; the copy is of the"
+                " version read (its sha256 in clean.json), every row of it accounted for; rerun to clean the new one"
+            )
         return "\n".join(lines)
 
     def save(self, folder: str | Path) -> list[Path]:
         """Write the cleaned copy into ``folder/cleaned/`` (each input table under its own name, in
         its own form and shape; records in memory as one ``<source>.jsonl`` per source with sidecars)
         and ``removed.csv``, ``emptied.csv``, ``review.csv``, ``rows.csv``, ``exclusions.csv``,
-        ``clean.json`` next to it; returns the paths written."""
-        folder = Path(folder)
+        ``clean.json`` next to it; returns the paths written. The folder's completion marker lists
+        them (a later clean into the folder removes those it does not write again)."""
+        with owned_folder(folder) as out:
+            return self._save(out)
+
+    def _save(self, folder: Path) -> list[Path]:
         copy = safe_join(folder, COPY_DIR)
         written: list[Path] = []
         name = self.descriptor.get("file_name")

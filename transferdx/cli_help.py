@@ -191,8 +191,9 @@ def entry(
             return
         import hydra
 
-        from transferdx.runs import fail, quiet_libraries, user_error
+        from transferdx.runs import Interrupted, catch_signals, fail, interrupted, quiet_libraries, user_error
 
+        catch_signals()
         quiet_libraries()
         _main = hydra.main(config_path=str(config_dir()), config_name=config_name, version_base="1.3")(task)
 
@@ -202,6 +203,8 @@ def entry(
         os.environ["HYDRA_FULL_ERROR"] = "1"
         try:
             _main()
+        except (KeyboardInterrupt, Interrupted) as exc:
+            interrupted(exc)
         except Exception as exc:
             message = None if full == "1" else (command_line_hint(config_name, exc, argv) or user_error(exc))
             if message is None:

@@ -6,9 +6,11 @@ Hydra's log file (:class:`RunFolderCallback`)."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
+import signal
 import sys
 import warnings
 from pathlib import Path
@@ -16,6 +18,7 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
+from yaml import YAMLError
 
 from transferdx import config as c
 from transferdx.artifacts import FolderInUseError
@@ -61,11 +64,73 @@ def user_error(exc: BaseException) -> str | None:
         if found := re.match(r"\w+ raised while resolving interpolation: ", text):
             return _one_line(text[found.end() :])  # a resolver's own error, c.OutputDirError
         return _one_line(text) + (f" ({key})" if key else "")
+    if (yaml_error := _in_chain(exc, YAMLError)) is not None:
+        return yaml_line(yaml_error)
+    os_error = _in_chain(exc, OSError)
+    if os_error is not None and os_error is not exc:
+        if "Unable to configure handler" in str(exc):  # Hydra could not open the job's log file
+            return os_error_line(os_error, writing="log")
+        if os_error.errno in WRITE_CAUSES:
+            return os_error_line(os_error)
     if isinstance(exc, (HydraException, FolderInUseError, ValueError)):
         return _one_line(str(exc).split("\nConfig search path:")[0]) or type(exc).__name__
     if isinstance(exc, OSError):
-        return _one_line(str(exc)) or type(exc).__name__
+        return os_error_line(exc)
     return None
+
+
+def _in_chain(exc: BaseException, kind: type[BaseException] | tuple[type[BaseException], ...]) -> Any:
+    """The first exception of ``kind`` in ``exc``'s chain of causes and contexts (``exc`` first), or None."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, kind):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+    return None
+
+
+# errno → what it means for a run that writes (read-only folder, full disk …)
+WRITE_CAUSES = {
+    errno.EROFS: "the file system is read-only",
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "the disk quota is exceeded",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+}
+
+
+FULL_DISK_ADVICE = "free some space, or point output_dir=, TRANSFERDX_CACHE_DIR or TRANSFERDX_MODEL_DIR at another disk"
+
+
+def os_error_line(exc: OSError, writing: str | None = None) -> str:
+    """One line naming the file or folder and the cause: "cannot write /out/profile.csv: no space left
+    on the device; free some space, or give output_dir= … on another disk"."""
+    cause = WRITE_CAUSES.get(exc.errno or -1) or (exc.strerror.lower() if writing and exc.strerror else None)
+    path = exc.filename
+    if cause is None:
+        return _one_line(str(exc)) or type(exc).__name__
+    what = "the run's log file " if writing == "log" else ""
+    target = f" {what}{path}" if path else (f" {what.strip()}" if what else "")
+    advice = {
+        errno.ENOSPC: FULL_DISK_ADVICE,
+        errno.EDQUOT: FULL_DISK_ADVICE,
+    }.get(exc.errno or -1, "give output_dir= and hydra.run.dir= a folder this user can write")
+    return f"cannot write{target}: {cause}; {advice}"
+
+
+def yaml_line(exc: Any) -> str:
+    """A YAML file that is not plain data, in one line: where, and why (a ``!!python`` tag is refused:
+    configs are read with the safe loader)."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    where = f"{mark.name}: line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "a YAML file"
+    problem = _one_line(str(getattr(exc, "problem", None) or exc).split("\n  in ")[0])
+    tag = re.search(r"tag '(?:tag:yaml.org,2002:)?([^']+)'", problem)
+    if tag:
+        refused = "configs are read as plain data, never as Python objects"
+        return f"{where}: the YAML tag !!{tag.group(1)} is refused ({refused})"
+    return f"{where}: not valid YAML: {problem}"
 
 
 def require_input(cfg: DictConfig) -> None:
@@ -78,15 +143,64 @@ def require_input(cfg: DictConfig) -> None:
         raise ValueError(f"{Path(path)}: field '<path>': no such file or folder")
 
 
-def fail(message: str) -> None:
-    """Remove the output folders this run made and left empty, print one line, exit 2."""
+def _remove_empty_output_dirs() -> None:
     for folder in sorted(c.NEW_OUTPUT_DIRS, reverse=True):  # made for this run, still empty: remove
         try:
             folder.rmdir()
         except OSError:
             pass
+
+
+def fail(message: str) -> None:
+    """Remove the output folders this run made and left empty, print one line, exit 2."""
+    _remove_empty_output_dirs()
     print(f"transferdx: error: {message}", file=sys.stderr)
     sys.exit(2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Signals: Ctrl-C and SIGTERM end a run with one line, its claims released, exit 128 + signal
+# ---------------------------------------------------------------------------------------------
+
+SIGNAL_NAMES: dict[int, str] = {signal.SIGINT: "SIGINT (Ctrl-C)", signal.SIGTERM: "SIGTERM"}
+
+
+class Interrupted(BaseException):
+    """A SIGINT or SIGTERM, raised where the run was so that every ``finally`` runs (the cache writes
+    what it encoded, claim files are removed). A BaseException, like KeyboardInterrupt: no
+    ``except Exception`` swallows it."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def catch_signals() -> None:
+    """SIGINT and SIGTERM raise :class:`Interrupted` (once: a second signal while the run cleans up is
+    ignored, so the cleanup finishes; kill -9 still ends it at once, losing nothing verified)."""
+
+    def handler(signum: int, frame: Any) -> None:
+        for s in SIGNAL_NAMES:
+            signal.signal(s, signal.SIG_IGN)
+        raise Interrupted(signum)
+
+    for s in SIGNAL_NAMES:
+        signal.signal(s, handler)
+
+
+def interrupted(exc: BaseException) -> None:
+    """One line for an interrupted run and exit 128 + the signal (130 for Ctrl-C, 143 for SIGTERM)."""
+    signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+    _remove_empty_output_dirs()
+    cache = sys.modules.get("transferdx.embed.cache")  # not imported: nothing was encoded
+    stored = cache.texts_stored() if cache is not None else 0
+    kept = (
+        f"the embedding cache keeps the {stored:,} texts this run encoded; rerun the same command to resume"
+        if stored
+        else "rerun the same command to start again (finished trainings and cached texts are reused)"
+    )
+    print(f"\ntransferdx: interrupted by {SIGNAL_NAMES.get(signum, f'signal {signum}')}; {kept}", file=sys.stderr)
+    sys.exit(128 + int(signum))
 
 
 # ---------------------------------------------------------------------------------------------

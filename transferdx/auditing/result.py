@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from transferdx.artifacts import owned_folder
 from transferdx.auditing.core import AuditResult
 from transferdx.auditing.report import exclusions_frame, write_audit
 from transferdx.auditing.verdict import audit_facts, legend_lines, verdict_lines
@@ -178,7 +179,8 @@ class Audit:
         """Write profile.csv/json, records.csv, negatives.csv, exclusions.csv, suspects.csv (the
         genuine sources'), control_suspects.csv, report.md and plots (report.md names the input by
         the name in ``settings``, so the same data gives the same bytes wherever it lives)."""
-        return write_audit(self.result, Path(folder), self.settings)
+        with owned_folder(folder) as out:
+            return write_audit(self.result, out, self.settings)
 
     def __repr__(self) -> str:  # a few lines, not the frames
         return audit_repr(self.profile, len(self.suspects))

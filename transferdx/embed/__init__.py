@@ -12,8 +12,8 @@ Six modules, one job each (none imports this package's ``__init__``):
   chunk files, with claims between runs sharing a cache and healing of damaged chunks
   (:class:`CacheWarning`).
 - :mod:`transferdx.embed.backends` — the encoder's runtime (:class:`Runtime`: torch fp32/bf16/fp16,
-  OpenVINO fp32/bf16/int8), :func:`resolve_runtime` (``auto``: OpenVINO fp32 on a CPU when
-  installed) and the cached OpenVINO export.
+  OpenVINO fp32/bf16/int8), :func:`resolve_runtime` (``auto``: on a CPU, the faster of torch and
+  OpenVINO fp32 as measured once on this machine) and the cached OpenVINO export.
 - :mod:`transferdx.embed.pool` — :class:`~transferdx.embed.pool.EncodePool`: several encoding
   processes (``backbone.devices`` / ``backbone.processes``) through sentence-transformers' own
   multi-process pool, each unit one model batch, so the vectors are the same bytes as one process's.

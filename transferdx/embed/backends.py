@@ -5,8 +5,10 @@ A :class:`Runtime` is a resolved (backend, precision) pair. :func:`resolve_runti
 ``backend``/``precision`` (either may be ``auto``) into one, checking what this machine can run:
 
 - ``auto`` on a GPU → torch fp32; on a CPU → OpenVINO fp32 when the ``openvino`` package is
-  installed (measured faster with statistics within 1e-6: ``benchmarks/bench_backends.py``), else
-  torch fp32. Evaluation and training always use torch fp32 (:func:`torch_fp32`).
+  installed, else torch fp32. An encoder then keeps OpenVINO only where it was measured faster on
+  this machine with the same vectors (:func:`measure_choice`, once per model and machine, the
+  record beside the exports): 1.3× on 2 AVX2 cores, 0.95–1.18× on 2 AVX-512 cores
+  (``benchmarks/bench_backends.py``). Evaluation and training always use torch fp32 (:func:`torch_fp32`).
 - ``bf16`` needs native support (a CUDA device that has it, or a CPU with ``avx512_bf16``/``amx_bf16``):
   emulated bf16 was measured 7.9× *slower* than fp32 on an AVX2 CPU, so it is refused there.
 - ``fp16`` is torch on CUDA only; ``int8`` is OpenVINO's post-training static quantisation (NNCF),
@@ -25,6 +27,8 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import os
+import shutil
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -281,15 +285,15 @@ def _tokenize(module: Any, texts: list[str]) -> dict[str, Any]:
     return dict((getattr(module, "preprocess", None) or module.tokenize)(texts))
 
 
-def _calibration_texts() -> list[str]:
-    """The demo set's queries and passages, in file order: a fixed, shipped calibration sample."""
+def _calibration_texts(n: int = INT8_CALIBRATION_SIZE) -> list[str]:
+    """The demo set's first ``n`` queries and passages, in file order: a fixed, shipped sample."""
     folder = Path(__file__).resolve().parents[1] / "demo"
     texts: list[str] = []
     for name in ("queries.jsonl", "passages.jsonl"):
         with open(folder / name, encoding="utf-8") as handle:
             rows = [json.loads(line) for line in handle if line.strip()]
             texts += [row["query"] if "query" in row else row["text"] for row in rows]
-    return texts[:INT8_CALIBRATION_SIZE]
+    return texts[:n]
 
 
 def _export(module: Any, runtime: Runtime, target: Path) -> None:
@@ -325,6 +329,27 @@ def _export(module: Any, runtime: Runtime, target: Path) -> None:
     except OSError:  # another run put its export there first: keep it if it verifies
         if not _verified(target):
             raise
+    except RuntimeError as exc:  # OpenVINO's own write errors ("basic_ios::clear: iostream error")
+        raise export_error(exc, target) from None
+
+
+# Below this much free space, a failed OpenVINO write is reported as a full disk.
+LOW_SPACE = 256 << 20
+
+
+def export_error(exc: RuntimeError, target: Path) -> OSError:
+    """An OSError naming the export folder for OpenVINO's RuntimeError while saving: ENOSPC when the
+    disk has less than :data:`LOW_SPACE` free, else EIO with OpenVINO's first line."""
+    import errno
+
+    try:
+        free = shutil.disk_usage(next(p for p in (target, *target.parents) if p.exists())).free
+    except (OSError, StopIteration):
+        free = None
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    if free is not None and free < LOW_SPACE:
+        return OSError(errno.ENOSPC, f"no space left on the device ({free >> 20} MB free)", str(target))
+    return OSError(errno.EIO, f"OpenVINO could not save the export: {first}", str(target))
 
 
 def _verified(target: Path) -> bool:
@@ -384,3 +409,105 @@ def openvino_model(compiled: Any, config: Any) -> Any:
 
         _MODEL_CLASS = OpenVINOModel
     return _MODEL_CLASS(compiled, config)
+
+
+# ---------------------------------------------------------------------------------------------
+# backend=auto on a CPU: the runtime measured faster on this machine
+# ---------------------------------------------------------------------------------------------
+
+# Texts timed per runtime (the package's demo passages), and the largest difference between the two
+# runtimes' normalised vectors that counts as the same vectors (fp32 export: measured ~1e-7).
+CHOICE_TEXTS = 192
+CHOICE_PARITY = 1e-4
+CHOICE_RECIPE = "runtime-choice-v1"
+
+
+def cpu_signature() -> str:
+    """What makes one CPU faster on one runtime than another: model name, feature flags, cores."""
+    name = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            name = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), "")
+    except OSError:
+        import platform
+
+        name = platform.processor() or platform.machine()
+    return f"{name}|{' '.join(sorted(cpu_flags()))}|{os.cpu_count()}"
+
+
+def choice_path(identity: str, models_dir: Path, batch_size: int, threads: int | None = None) -> Path:
+    """Where the measured choice for this model, machine, thread count and batch size is kept."""
+    import openvino
+    import torch
+
+    key = content_hash(
+        CHOICE_RECIPE,
+        identity,
+        cpu_signature(),
+        int(threads or torch.get_num_threads()),
+        batch_size,
+        torch.__version__,
+        openvino.__version__,
+        EXPORT_RECIPE,
+    )
+    return models_dir / f"runtime-choice-{key[:24]}.json"
+
+
+def read_choice(path: Path) -> Runtime | None:
+    """The runtime a choice file names, or None when it is missing or does not read back."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        backend = record["choice"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return Runtime(backend, "fp32") if backend in ("torch", "openvino") else None
+
+
+def faster_backend(torch_seconds: float, openvino_seconds: float, max_difference: float) -> str:
+    """``openvino`` when it took less time and its vectors equal torch's within :data:`CHOICE_PARITY`
+    (largest difference of normalised components), else ``torch`` (the reference runtime)."""
+    same = max_difference <= CHOICE_PARITY
+    return "openvino" if same and openvino_seconds < torch_seconds else "torch"
+
+
+def measure_choice(
+    model: Any, identity: str, models_dir: Path, batch_size: int, threads: int | None = None
+) -> tuple[Runtime, dict[str, Any]]:
+    """Time torch fp32 and OpenVINO fp32 on the same :data:`CHOICE_TEXTS` texts (one batch of
+    warm-up each, then the best of two passes) and pick the faster, OpenVINO only when its vectors
+    equal torch's within :data:`CHOICE_PARITY`; the record is kept in :func:`choice_path`
+    (atomically) so it is measured once per model and machine."""
+    import time
+
+    import numpy as np
+
+    texts = _calibration_texts(CHOICE_TEXTS)
+
+    def timed(context: EncodeContext) -> tuple[float, np.ndarray]:
+        best, vectors = float("inf"), None
+        with context():
+            model.encode(texts[:batch_size], batch_size=batch_size, show_progress_bar=False)
+            for _ in range(2):
+                start = time.perf_counter()
+                vectors = model.encode(texts, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False)
+                best = min(best, time.perf_counter() - start)
+        v = np.asarray(vectors, dtype=np.float64)
+        return best, v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
+
+    torch_s, torch_v = timed(contextlib.nullcontext)
+    ov_s, ov_v = timed(prepare(model, Runtime("openvino", "fp32"), identity, models_dir, threads))
+    diff = float(np.abs(torch_v - ov_v).max())
+    backend = faster_backend(torch_s, ov_s, diff)
+    record = {
+        "choice": backend,
+        "torch_seconds": round(torch_s, 4),
+        "openvino_seconds": round(ov_s, 4),
+        "openvino_speedup": round(torch_s / ov_s, 3) if ov_s > 0 else None,
+        "max_abs_difference": diff,
+        "texts": len(texts),
+        "batch_size": batch_size,
+        "cpu": cpu_signature().split("|")[0],
+    }
+    path = choice_path(identity, models_dir, batch_size, threads)
+    atomic_write_text(path, json.dumps(record, indent=2, sort_keys=True) + "\n")
+    return Runtime(backend, "fp32"), record

@@ -152,6 +152,14 @@ class _Index:
         self.seen.pop(chunk.name, None)
 
 
+_STORED = [0]  # texts this process has written to any cache (for the message of an interrupted run)
+
+
+def texts_stored() -> int:
+    """How many texts this process has encoded and written to an embedding cache."""
+    return _STORED[0]
+
+
 class _Pending:
     """Encoded vectors not yet written, the claims they hold, and when the last chunk was written."""
 
@@ -298,6 +306,7 @@ class EmbeddingCache:
 
     def _store(self, folder: Path, keys: list[bytes], vectors: np.ndarray) -> Path:
         chunk = self._write_chunk(folder, keys, vectors)
+        _STORED[0] += len(keys)
         st = chunk.stat()
         digests = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), 32)
         self._verified[chunk] = ((st.st_ino, st.st_size, st.st_mtime_ns), digests)

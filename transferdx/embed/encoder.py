@@ -10,6 +10,7 @@ embedding cache decides which texts to encode, in which units, and keeps the vec
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +21,8 @@ import numpy as np
 import transferdx.embed.backends as backends
 from transferdx.embed.models import EncoderSpec, load_sentence_transformer, resolve_model
 from transferdx.embed.pool import EncodePool, encode_devices
+
+log = logging.getLogger(__name__)
 
 
 class Encoder:
@@ -41,6 +44,9 @@ class Encoder:
         self.location, self.revision = resolve_model(spec, self.cache_dir)
         known = model_factory is None and backends.folder_is_transformer(self.location)
         self.runtime = self._resolve_runtime(spec, known)
+        self.choice: dict[str, Any] | None = None  # the measurement behind backend=auto, when one was made
+        if known:
+            self._choose_faster()
 
     @classmethod
     def from_model(
@@ -65,10 +71,33 @@ class Encoder:
             device=str(getattr(model, "device", "cpu")),
         )
         encoder = cls(spec, cache_dir, model_factory=lambda _location, _spec: model)
+        encoder._model = model
         if auto_runtime and backends.is_transformer(model):  # ``auto`` may pick a faster runtime for a transformer
             encoder.runtime = cls._resolve_runtime(spec, True)
-        encoder._model = model
+            encoder._choose_faster()
         return encoder
+
+    def _choose_faster(self) -> None:
+        """``backend=auto`` resolved to OpenVINO fp32 on a CPU: keep the runtime measured faster on this
+        machine for this model (:func:`backends.measure_choice`, once, kept beside the exports; a later
+        run reads the choice without loading the model)."""
+        auto = self.spec.backend == "auto" and self.spec.precision in ("auto", "fp32")
+        if not (auto and self.runtime == backends.Runtime("openvino", "fp32")):
+            return
+        identity = f"{self.spec.model}@{self.revision}"
+        path = backends.choice_path(identity, self.models_dir, self.spec.batch_size)
+        chosen = backends.read_choice(path)
+        if chosen is None:
+            if self._model is None:
+                self._model = self._model_factory(self.location, self.spec)
+            chosen, self.choice = backends.measure_choice(self._model, identity, self.models_dir, self.spec.batch_size)
+            log.info(
+                "backbone.backend=auto: %s on this CPU (OpenVINO %.2f× torch's speed, measured once, kept in %s)",
+                chosen.backend,
+                self.choice["openvino_speedup"] or 0.0,
+                path,
+            )
+        self.runtime = chosen
 
     @staticmethod
     def _resolve_runtime(spec: EncoderSpec, known_model: bool) -> backends.Runtime:

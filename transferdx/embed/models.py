@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import pickle
 import shutil
+import warnings
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -136,9 +138,24 @@ def _path_model(spec: EncoderSpec, cache_dir: Path) -> tuple[str, str]:
         raise FileNotFoundError(f"encoder {spec.name!r}: model folder {path} does not exist")
     if spec.revision:
         return str(path), spec.revision
-    files = sorted(p for p in path.rglob("*") if p.is_file())
-    digest = content_hash([(str(p.relative_to(path)), file_hash(p)) for p in files])
-    return str(path), "local:" + digest[:16]
+    return str(path), folder_revision(path)
+
+
+def folder_revision(path: str | Path) -> str:
+    """``local:<hash>`` of what determines a model folder's vectors: its weights, configs and tokenizer
+    files, by relative path. Left out: the model card (``*.md``: sentence-transformers writes the
+    training's wall-clock times there) and hidden files (``.complete`` markers), so the same training
+    twice gives the same revision, and the same cache keys."""
+    root = Path(path)
+    files = sorted(
+        p
+        for p in root.rglob("*")
+        if p.is_file()
+        and p.suffix.lower() != ".md"
+        and not any(part.startswith(".") for part in p.relative_to(root).parts)
+    )
+    digest = content_hash([(p.relative_to(root).as_posix(), file_hash(p)) for p in files])
+    return "local:" + digest[:16]
 
 
 def _memory_model(spec: EncoderSpec, cache_dir: Path) -> tuple[str, str]:
@@ -279,7 +296,9 @@ def _no_weight_loading_bar() -> Iterator[None]:
     active = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
-        yield
+        with warnings.catch_warnings():  # torch's note on a pickle's protocol, before it refuses the pickle
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            yield
     finally:
         if active:
             hf_logging.enable_progress_bar()
@@ -303,6 +322,12 @@ def load_sentence_transformer(location: str, spec: EncoderSpec) -> Any:
     except OSError as exc:  # not found locally, or the hub is out of reach
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValueError(f"encoder {spec.name!r}: cannot load {location!r} (source {spec.source}): {first}") from exc
+    except pickle.UnpicklingError:  # torch.load(weights_only=True) met code in a pickled checkpoint
+        raise ValueError(
+            f"encoder {spec.name!r}: {location!r} holds pickled weights (pytorch_model.bin) with more than"
+            " tensors in them; torch's safe loader refuses them and transferdx never loads a pickle otherwise"
+            " (it can run code): use a model saved as safetensors, or convert this one where you trust it"
+        ) from None
     if spec.max_seq_length is not None:
         set_max_seq_length(model, spec.max_seq_length)
     return model

@@ -19,6 +19,7 @@ under either policy: a record cannot be built from a broken reference.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -62,12 +63,32 @@ def artifact_name(file: str | Path, root: str | Path | None = None) -> str:
     return Path(text).name
 
 
+# The longest text (query or passage) a record may hold, in characters: past it the record is
+# excluded with its reason (or, under on_error=raise, a located error), so that one pathological
+# line cannot take the machine (a 50 MB passage needed 6.5 GB in the encoder's tokenizer). An
+# encoder reads at most its max_seq_length tokens (256 for MiniLM, about 1,500 characters) anyway.
+# TRANSFERDX_MAX_TEXT_CHARS overrides it.
+MAX_TEXT_CHARS = 1_000_000
+
+
+def max_text_chars() -> int:
+    """:data:`MAX_TEXT_CHARS`, or ``$TRANSFERDX_MAX_TEXT_CHARS`` when set to a positive integer."""
+    value = os.environ.get("TRANSFERDX_MAX_TEXT_CHARS", "")
+    return int(value) if value.isdigit() and int(value) > 0 else MAX_TEXT_CHARS
+
+
 def text_value(value: Any, where: str) -> str:
-    """``value`` if it is a non-empty string of valid Unicode, else ``FieldProblem(where, …)``."""
+    """``value`` if it is a non-empty string of valid Unicode of at most :func:`max_text_chars`
+    characters, else ``FieldProblem(where, …)``."""
     if not isinstance(value, str):
         raise FieldProblem(where, f"expected a string, got {type(value).__name__}")
     if not value.strip():
         raise FieldProblem(where, "empty string")
+    limit = max_text_chars()
+    if len(value) > limit:
+        raise FieldProblem(
+            where, f"text of {len(value):,} characters, longer than the limit of {limit:,} (TRANSFERDX_MAX_TEXT_CHARS)"
+        )
     check_unicode(value, where)
     return value
 

@@ -15,6 +15,7 @@ behind :mod:`transferdx.inputs.registry`).
 from __future__ import annotations
 
 import hashlib
+import os
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -272,6 +273,16 @@ class Table:
     sha256: str | None = None
     n_unreadable: int = 0  # rows that could not be parsed at all (counted exclusions under skip)
     header: bool = True  # tab-separated lines: whether the file named its columns on a first line
+    stat: tuple[int, int, int] | None = None  # (size, mtime_ns, inode) of the file when it was read
+
+
+def file_stat(path: str | Path) -> tuple[int, int, int] | None:
+    """(size, mtime_ns, inode) of a file: what changes when it is rewritten or replaced; None if gone."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_size, st.st_mtime_ns, st.st_ino)
 
 
 # a table stored as tab-separated lines without quoting (MS MARCO triples, n-tuple TSV lines),

@@ -31,6 +31,7 @@ sidecars.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,7 @@ from typing import Any
 
 import pandas as pd
 
+from transferdx.artifacts import COMPLETE_FILE, IncompleteOutputWarning, incomplete_output
 from transferdx.inputs.reading import RecordBuilder, artifact_name
 from transferdx.inputs.records import InputError, KeptTable, LoadResult, Plan, QuerySet, Record, Table
 from transferdx.inputs.tables import (
@@ -180,6 +182,18 @@ def _claimant(path: Path) -> Callable[..., LoadResult] | None:
     return None
 
 
+def warn_if_incomplete(path: Path) -> None:
+    """Warn when ``path`` lies in a transferdx output folder whose run did not finish."""
+    folder = incomplete_output(path)
+    if folder is not None:
+        warnings.warn(
+            f"{path} is in {folder}, written by a transferdx run that has not finished or was cut short"
+            f" (no {COMPLETE_FILE}): it may be incomplete; rerun that command to finish it",
+            IncompleteOutputWarning,
+            stacklevel=3,
+        )
+
+
 def load_path(
     path: str | Path,
     on_error: str = "raise",
@@ -192,6 +206,7 @@ def load_path(
     path = Path(path)
     if not path.exists():
         raise InputError(path, None, "<path>", "no such file or folder")
+    warn_if_incomplete(path)
     if path.is_file() or is_saved_dataset(path):
         return _load_file(path, on_error, source, split, keep_tables=keep_tables)
     members = folder_members(path)

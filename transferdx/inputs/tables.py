@@ -23,7 +23,7 @@ import numpy as np
 
 from transferdx.artifacts import file_hash
 from transferdx.inputs.reading import FieldProblem, RecordBuilder
-from transferdx.inputs.records import InputError, LoadResult, Table
+from transferdx.inputs.records import InputError, LoadResult, Table, file_stat
 from transferdx.inputs.textforms import is_gzip, loads_json, read_json_document, read_text_table
 
 TEXT_FORMS = {".jsonl": "jsonl", ".json": "json", ".csv": "csv", ".tsv": "tsv"}
@@ -113,6 +113,7 @@ def read_table(path: Path, builder: RecordBuilder, split: str | None = None, fal
     if is_saved_dataset(path):
         return dataset_table(load_from_disk(path, split), str(path), "save_to_disk", _folder_hash(path))
     form = form_of(path) or fallback
+    before = file_stat(path)
     digest = file_hash(path)
     if form is not None and form in TEXT_FORMS.values():
         table = read_text_table(path, form, builder)
@@ -130,7 +131,9 @@ def read_table(path: Path, builder: RecordBuilder, split: str | None = None, fal
         table = Table(str(path), form, list(arrow.column_names), arrow.to_pylist(), list(range(1, arrow.num_rows + 1)))
     else:
         raise InputError(path, None, "<path>", f"not a recognised file type ({', '.join(recognised_suffixes())})")
-    table.sha256 = digest
+    if file_stat(path) != before:
+        raise InputError(path, None, "<path>", "the file changed while it was being read; rerun once it is written")
+    table.sha256, table.stat = digest, before
     return table
 
 

@@ -149,9 +149,19 @@ def read_json_document(path: str | Path, loads: Callable[[str], Any] = parse_jso
     try:
         return loads(read_text(path))
     except json.JSONDecodeError as exc:
-        raise InputError(path, exc.lineno, "<json>", f"malformed JSON ({exc.msg})") from None
+        raise InputError(path, exc.lineno, "<json>", f"malformed JSON ({json_problem(exc)})") from None
     except ValueError as exc:
         raise InputError(path, None, "<json>", f"malformed JSON ({exc})") from None
+
+
+def json_problem(exc: json.JSONDecodeError) -> str:
+    """The parser's complaint and its column, e.g. "invalid control character at column 25: a tab,
+    newline or other control character inside a string must be escaped (\\t, \\n, \\u0001)"."""
+    msg = exc.msg.removesuffix(" at").strip()
+    text = f"{msg[:1].lower()}{msg[1:]} at column {exc.colno}"
+    if msg.startswith("Invalid control character"):
+        text += r": a tab, newline or other control character inside a string must be escaped (\t, \n, \u0001)"
+    return text
 
 
 def surrogate_problem(obj: Any) -> FieldProblem | None:
@@ -189,7 +199,7 @@ def parse_json_line(builder: RecordBuilder, lineno: int, line: str) -> dict[str,
     try:
         obj = loads_json(line)
     except json.JSONDecodeError as exc:
-        builder.fail(lineno, "<line>", f"malformed JSON ({exc.msg} at column {exc.colno})")
+        builder.fail(lineno, "<line>", f"malformed JSON ({json_problem(exc)})")
         return None
     except ValueError as exc:
         builder.fail(lineno, "<line>", f"malformed JSON ({exc})")

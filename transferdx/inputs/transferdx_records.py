@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from transferdx.artifacts import atomic_write_text, file_hash, safe_join
-from transferdx.inputs.reading import FieldProblem, RecordBuilder, artifact_name, check_unicode
-from transferdx.inputs.records import InputError, LoadResult, Passage, Plan, Record, Table, text_id
+from transferdx.inputs.reading import FieldProblem, RecordBuilder, artifact_name, text_value
+from transferdx.inputs.records import InputError, LoadResult, Passage, Plan, Record, Table, file_stat, text_id
 from transferdx.inputs.registry import Format, Shape, keep, register
 from transferdx.inputs.rows import table_input
 from transferdx.inputs.tables import folder_members, read_sidecars, source_stem, storage_form
@@ -33,10 +33,7 @@ from transferdx.inputs.writing import Cleaning, Rewritten, RowChange, rows_with_
 
 def _passage(obj: Any, where: str, *, default_method: str | None = None) -> Passage:
     if isinstance(obj, str):  # bare text
-        if not obj.strip():
-            raise FieldProblem(where, "empty string")
-        check_unicode(obj, where)
-        return Passage(text_id(obj), obj, default_method)
+        return Passage(text_id(obj), text_value(obj, where), default_method)
     if not isinstance(obj, dict):
         raise FieldProblem(where, f"expected an object or a string, got {type(obj).__name__}")
     try:
@@ -120,9 +117,12 @@ def read_records(
         def add(lineno: int, obj: dict[str, Any], builder: RecordBuilder = builder) -> None:
             record_from_obj(builder, lineno, obj, default_source=source)
 
+        before = file_stat(file)
         table = read_json_lines(file, builder, add)
         digest = file_hash(file)
-        table.sha256 = digest
+        if file_stat(file) != before:
+            raise InputError(file, None, "<path>", "the file changed while it was being read; rerun once it is written")
+        table.sha256, table.stat = digest, before
         if keep_tables:
             default = source or next((r.source for r in builder.result.records), None) or source_stem(file)
             keep(builder.result, table, default, storage_form(file), file.name, artifact_name(file), file)

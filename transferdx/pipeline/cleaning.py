@@ -28,7 +28,7 @@ from transferdx.cleaning import (
     with_context,
 )
 from transferdx.diagnostics.suspicion import MIN_PROBABILITY, TEXT_REASONS
-from transferdx.inputs.records import LoadResult, Record
+from transferdx.inputs.records import LoadResult, Record, file_stat
 from transferdx.inputs.tables import is_saved_dataset
 from transferdx.inputs.writing import CleanedQuery, Cleaning, rewrite
 from transferdx.pipeline.auditing import audit
@@ -193,6 +193,8 @@ def clean(
     descriptor = _descriptor(loaded, frame, chosen, action, min_probability, (queries, removed, emptied), plan, result)
     descriptor |= {"fill": fill, "keep": keep}
     descriptor["n_review"] = len(review)
+    descriptor["input_sha256"] = {Path(k.table.file).name: k.table.sha256 for k in loaded.tables if k.table.sha256}
+    descriptor["input_changed"] = changed_since_read(loaded)
     if tables:
         descriptor["rows"] = row_accounting(tables)
     done = CleanResult(
@@ -208,6 +210,16 @@ def clean(
     if out is not None:
         done.save(out)
     return done
+
+
+def changed_since_read(loaded: LoadResult) -> list[str]:
+    """The input files that changed on disk after they were read (size, mtime or inode): the copy is
+    made from the rows read, so it is of the version read, whole; the summary says so."""
+    return sorted(
+        Path(kept.table.file).name
+        for kept in loaded.tables
+        if kept.table.stat is not None and file_stat(kept.table.file) != kept.table.stat
+    )
 
 
 def _output_plan(data: Any, tables: Sequence[CopyTable], note: str) -> dict[str, Any]:

@@ -4,19 +4,21 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+import json
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from transferdx.artifacts import atomic_write_text, canonical_json, csv_text, safe_join
+from transferdx.artifacts import atomic_write_text, canonical_json, content_hash, csv_text, safe_join
 from transferdx.pipeline.encoders import EncoderLike, make_encoder
 from transferdx.pipeline.settings import BenchmarkSettings
 from transferdx.training import checkpoint_spec
 
 if TYPE_CHECKING:
-    from transferdx.evaluation import Evaluation
+    from transferdx.embed import EmbeddingCache
+    from transferdx.evaluation import BeirData, Evaluation
 
 
 def benchmark_datasets(benchmark: BenchmarkSettings, seed: int = 0) -> Iterator[Any]:
@@ -50,7 +52,6 @@ def evaluate_each(
     """``model`` (a checkpoint folder, preset, spec or loaded model) on every benchmark dataset: one
     :class:`~transferdx.evaluation.Evaluation` each (per-query metrics and run); with ``out``, per
     dataset ``metrics.json``, ``per_query.csv`` and ``run.trec`` under ``out/<dataset>/``."""
-    from transferdx.evaluation import evaluate_dataset
 
     if isinstance(model, str | Path) and (Path(model) / "modules.json").is_file():
         model = checkpoint_spec(str(model))
@@ -59,7 +60,7 @@ def evaluate_each(
         raise ValueError("evaluate needs a model (a checkpoint folder, preset name, spec or loaded model)")
     results = []
     for data in benchmark_datasets(benchmark, seed):
-        result = evaluate_dataset(encoder, data, benchmark.k_values)
+        result = finished_evaluation(encoder, data, benchmark.k_values)
         if out is not None:
             folder = safe_join(Path(out), data.name)
             atomic_write_text(folder / "metrics.json", canonical_json(result.to_dict()))
@@ -67,6 +68,50 @@ def evaluate_each(
             atomic_write_text(folder / "run.trec", result.trec_run(encoder.spec.name))
         results.append(result)
     return results
+
+
+def evaluation_key(scorer: Mapping[str, Any], data: BeirData, k_values: Sequence[int]) -> str:
+    """What decides an evaluation's numbers: the scorer (model, revision, prompts, metric), the data
+    set's name, corpus, queries, judgments and rules, and the cut-offs."""
+    fields = (data.name, data.corpus, data.queries, data.qrels, data.relevance_level, data.ignore_identical_ids)
+    return content_hash("evaluation-v1", dict(scorer), *fields, list(k_values))
+
+
+def finished_evaluation(encoder: EmbeddingCache, data: BeirData, k_values: Sequence[int]) -> Evaluation:
+    """``evaluate_dataset`` once per :func:`evaluation_key`: a finished evaluation is read back from
+    ``<cache_dir>/evaluations/<key>.json`` (written atomically, checked against its key; a file
+    that does not read back is recomputed and replaced), like a finished training."""
+    from transferdx.evaluation import Evaluation, evaluate_dataset
+
+    key = evaluation_key(encoder.scorer(), data, k_values)
+    path = encoder.cache_dir / "evaluations" / f"{key[:32]}.json"
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        if stored["key"] == key:
+            return Evaluation(
+                stored["dataset"],
+                stored["model"],
+                pd.DataFrame({c: stored["per_query"][c] for c in stored["per_query_columns"]}),
+                stored["run"],
+                tuple(stored["k_values"]),
+                stored["extra"],
+            )
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    result = evaluate_dataset(encoder, data, k_values)
+    frame = result.per_query
+    record = {
+        "key": key,
+        "dataset": result.dataset,
+        "model": dict(result.model),
+        "per_query_columns": [str(c) for c in frame.columns],
+        "per_query": {str(c): frame[c].tolist() for c in frame.columns},
+        "run": {q: dict(r) for q, r in result.run.items()},
+        "k_values": list(result.k_values),
+        "extra": dict(result.extra),
+    }
+    atomic_write_text(path, json.dumps(record, sort_keys=True))
+    return result
 
 
 def scores_table(results: Sequence[Evaluation]) -> pd.DataFrame:

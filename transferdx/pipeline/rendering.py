@@ -239,6 +239,11 @@ def render_tables(
     skipped = write_tables(rendered, folder, s.formats)
     if s.figures:
         write_figures(artifacts, folder)
-    manifest = {"root": str(root), "inputs": sorted(rel(p) for p in inputs), "skipped": skipped}
+    # the root relative to the tables folder, so the same study gives the same bytes wherever it lives
+    manifest = {
+        "root": os.path.relpath(root, folder.resolve()),
+        "inputs": sorted(rel(p) for p in inputs),
+        "skipped": skipped,
+    }
     atomic_write_text(safe_join(folder, "manifest.json"), canonical_json(manifest))
     return rendered
