@@ -70,24 +70,29 @@ def test_submitit_local_launcher(tiny_conf, tmp_path):
     assert set(summaries(tmp_path)) == {"tiny_a", "tiny_b"}
 
 
-def test_study_end_to_end_with_tiny_backbone(tiny_conf, tmp_path, data):
-    out = tmp_path / "study"
-    args = [
+def tiny_study(tiny_conf: Path, tmp: Path, data: Path, out: Path, steps: int, queries: int, resamples: int) -> None:
+    """The small study with the tiny backbone on bm25 and perturb, artifacts and cache under ``tmp``."""
+    run_cli(
+        "study",
         "+experiment=small_study",
         "backbone=tiny_a",
         "sources=[bm25,perturb]",
         f"hydra.searchpath=[file://{tiny_conf / 'conf'}]",
         f"paths.data_dir={data}",
-        f"paths.artifact_dir={tmp_path / 'artifacts'}",
-        f"paths.cache_dir={tmp_path / 'cache'}",
+        f"paths.artifact_dir={tmp / 'artifacts'}",
+        f"paths.cache_dir={tmp / 'cache'}",
         f"output_dir={out}",
-        "training.max_steps=4",
+        f"training.max_steps={steps}",
         "training.batch_size=8",
         "training.max_seq_length=16",
-        "benchmark.max_queries=20",
-        "bootstrap.resamples=100",
-    ]
-    run_cli("study", *args)
+        f"benchmark.max_queries={queries}",
+        f"bootstrap.resamples={resamples}",
+    )
+
+
+def test_study_end_to_end_with_tiny_backbone(tiny_conf, tmp_path, data):
+    out = tmp_path / "study"
+    tiny_study(tiny_conf, tmp_path, data, out, steps=4, queries=20, resamples=100)
 
     table = pd.read_csv(out / "study.csv")
     assert list(table["source"]) == ["(frozen)", "bm25", "perturb"]
@@ -230,22 +235,7 @@ def test_a_study_twice_from_empty_caches_writes_the_same_bytes(tiny_conf, tmp_pa
     import shutil
 
     def study(out: Path) -> None:
-        run_cli(
-            "study",
-            "+experiment=small_study",
-            "backbone=tiny_a",
-            "sources=[bm25,perturb]",
-            f"hydra.searchpath=[file://{tiny_conf / 'conf'}]",
-            f"paths.data_dir={data}",
-            f"paths.artifact_dir={tmp_path / 'artifacts'}",
-            f"paths.cache_dir={tmp_path / 'cache'}",
-            f"output_dir={out}",
-            "training.max_steps=2",
-            "training.batch_size=8",
-            "training.max_seq_length=16",
-            "benchmark.max_queries=10",
-            "bootstrap.resamples=50",
-        )
+        tiny_study(tiny_conf, tmp_path, data, out, steps=2, queries=10, resamples=50)
 
     def files(out: Path) -> dict[str, bytes]:
         return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}

@@ -226,6 +226,16 @@ def quiet_libraries() -> None:
         os.environ.setdefault(name, "error")
     packages = "|".join(re.escape(p) for p in QUIET_PACKAGES)
     warnings.filterwarnings("ignore", module=rf"({packages})(\.|$)")
+    default = warnings.showwarning
+
+    def show(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None, line: Any = None):
+        """transferdx's own warnings (a damaged cache chunk, an unfinished output folder) in one line."""
+        if category.__module__.startswith("transferdx"):
+            print(f"transferdx: warning: {message}", file=sys.stderr)
+        else:
+            default(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
 
 
 class ConsoleFilter(logging.Filter):

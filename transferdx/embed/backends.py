@@ -7,7 +7,8 @@ A :class:`Runtime` is a resolved (backend, precision) pair. :func:`resolve_runti
 - ``auto`` on a GPU → torch fp32; on a CPU → OpenVINO fp32 when the ``openvino`` package is
   installed, else torch fp32. An encoder then keeps OpenVINO only where it was measured faster on
   this machine with the same vectors (:func:`measure_choice`, once per model and machine, the
-  record beside the exports): 1.3× on 2 AVX2 cores, 0.95–1.18× on 2 AVX-512 cores
+  record beside the exports): 1.3× on 2 AVX2 cores, 1.5× on 2 AVX-512 cores with AMX, 0.95–1.18× on
+  2 AVX-512 cores without
   (``benchmarks/bench_backends.py``). Evaluation and training always use torch fp32 (:func:`torch_fp32`).
 - ``bf16`` needs native support (a CUDA device that has it, or a CPU with ``avx512_bf16``/``amx_bf16``):
   emulated bf16 was measured 7.9× *slower* than fp32 on an AVX2 CPU, so it is refused there.
