@@ -97,20 +97,36 @@ def test_a_signal_mid_audit_ends_in_one_line_and_the_rerun_resumes(signum, statu
     assert reference.returncode == 0
     for name in ("profile.csv", "negatives.csv", "suspects.csv", "exclusions.csv"):
         assert (out / name).read_bytes() == (tmp_path / "ref" / name).read_bytes(), name
+    # every input record is in the output or in the exclusion log
+    import pandas as pd
+
+    demo = tdx.load("demo")
+    profile = pd.read_csv(out / "profile.csv")
+    audited = int(profile.loc[profile["kind"] == "genuine", "n_records"].sum())
+    excluded = pd.read_csv(out / "exclusions.csv")
+    genuine = [r for r in demo.records if r.kind == "genuine"]
+    assert audited + int((excluded["unit"] == "record").sum()) == len(genuine) == 128
 
 
-def test_kill_9_mid_clean_leaves_an_unmarked_folder_that_the_rerun_completes(tmp_path):
-    """kill -9 while cleaning: the folder has no completion marker (a reader of it is warned); the
-    rerun takes the dead run's claim over and finishes, accounting for every row."""
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM])
+def test_a_clean_killed_or_terminated_leaves_an_unmarked_folder_that_the_rerun_completes(signum, tmp_path):
+    """kill -9 while cleaning leaves the folder with the dead run's claim and no completion marker, so
+    a reader of it is warned; SIGTERM ends in one line with exit 143, releases the claims and removes
+    the folder it made and left empty. Either way the rerun takes over and finishes, accounting for
+    every row."""
     env, out = environment(tmp_path), tmp_path / "clean"
     args = [script("clean"), f"input={DEMO}", f"output_dir={out}", "bootstrap.resamples=20"]
-    code, _, _ = start_and_signal(args, env, tmp_path, tmp_path / "cache", signal.SIGKILL)
-    assert code == -signal.SIGKILL
+    code, _, stderr = start_and_signal(args, env, tmp_path, tmp_path / "cache", signum)
     assert not (out / COMPLETE_FILE).exists()
-    (out / "cleaned").mkdir(parents=True, exist_ok=True)
-    (out / "cleaned" / "handwritten.jsonl").write_text(DEMO.read_text(encoding="utf-8"), encoding="utf-8")
-    with pytest.warns(IncompleteOutputWarning, match="has not finished or was cut short"):
-        tdx.load(out / "cleaned" / "handwritten.jsonl")
+    if signum == signal.SIGKILL:
+        assert code == -signal.SIGKILL and (out / CLAIM_FILE).exists()
+        (out / "cleaned").mkdir(parents=True, exist_ok=True)
+        (out / "cleaned" / "handwritten.jsonl").write_text(DEMO.read_text(encoding="utf-8"), encoding="utf-8")
+        with pytest.warns(IncompleteOutputWarning, match="has not finished or was cut short"):
+            tdx.load(out / "cleaned" / "handwritten.jsonl")
+    else:
+        assert code == 143 and "interrupted by SIGTERM" in one_line(stderr, "transferdx: interrupted by ")
+        assert not out.exists() and claims(tmp_path / "cache") == []  # made by the run, left empty: removed
     done = run("clean", *args[1:], env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads((out / COMPLETE_FILE).read_text())["files"]
