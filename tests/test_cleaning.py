@@ -71,7 +71,7 @@ def test_remove_text_reasons_counts_order_and_emptied():
     assert "borrowed 2 negatives (borrowed from q3)" in done.emptied["fallback"].iloc[0]
     d = done.descriptor
     assert (d["n_removed"], d["n_relabeled"], d["n_emptied"], d["n_records_out"], d["n_borrowed"]) == (3, 0, 1, 3, 1)
-    assert "1 records left without negatives" in done.summary() and "emptied: s/q1" in done.summary()
+    assert "1 records left without negatives" in done.summary() and "emptied: q1 (s): query q1" in done.summary()
 
 
 def test_reasons_subset_and_what_cannot_be_cleaned():

@@ -384,7 +384,7 @@ class CleanResult:
                 f"{d['n_emptied']} records left without negatives (emptied.csv: {borrowing}positives-only where the "
                 "shape allows, else their rows are dropped)"
             )
-        lines += [f"  emptied: {row.source}/{row.qid}" for row in self.emptied.head(20).itertuples()]
+        lines += [_emptied_line(row) for row in self.emptied.head(20).itertuples()]
         if len(self.emptied) > 20:
             lines.append(f"  … and {len(self.emptied) - 20} more")
         if d["n_excluded"]:
@@ -448,6 +448,14 @@ class CleanResult:
         written.append(safe_join(folder, FILES["descriptor"]))
         atomic_write_text(written[-1], canonical_json(dict(self.descriptor)))
         return written
+
+
+def _emptied_line(row: Any) -> str:
+    """One emptied query as a person finds it: the user's own id (or file:line) and the query's text."""
+    where = getattr(row, "input_id", "") or f"{row.source}/{row.qid}"
+    query = str(getattr(row, "query", "") or "")
+    text = query if len(query) <= 70 else query[:69] + "…"
+    return f"  emptied: {where} ({row.source}): {text}" if text else f"  emptied: {where} ({row.source})"
 
 
 def _fill_line(d: Mapping[str, Any]) -> str:
