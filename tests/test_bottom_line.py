@@ -16,16 +16,20 @@ import pytest
 import transferdx as tdx
 from transferdx.auditing.verdict import (
     BOTTOM_LINE_ACTIONS,
+    EVIDENCE,
     MIN_RECORDS,
     Context,
     SourceFacts,
     bottom_line,
+    evidence,
     judge,
     margin_mining,
     source_facts,
     verdict_lines,
 )
 from transferdx.diagnostics.suspicion import ACT_REASONS, DL19_PRECISION, HIGH_PRECISION_REASONS, MIN_PROBABILITY
+
+from .conftest import REPO
 
 BOTTOM = re.compile(r"^- \*\*(?P<source>[^*]+)\*\* \((?P<n>\d+) records?\) — \*\*bottom line: (?P<action>[^.]+)\.\*\*")
 
@@ -96,7 +100,11 @@ def test_demo_bottom_line_first_and_in_one_voice(demo):
     # one voice: no second-opinion flags, no "nearest control", ψ as the study's finding
     for gone in ("would be flagged", "nearest to", "distance", "headline predictor"):
         assert gone not in verdict
-    assert "the study's finding" in verdict and "near 0" in verdict
+    assert "the study's finding" in verdict and "near 0" not in verdict
+    # the package's own validation, as the committed results say it (evidence.json), not a typed number
+    psi = evidence()["psi_rank_agreement"]
+    assert f"{psi['spearman_all']:+.2f} [{psi['interval_all'][0]:.2f}, {psi['interval_all'][1]:.2f}]" in verdict
+    assert f"{psi['spearman_genuine']:+.2f}" in verdict and f"among its {psi['n_genuine']} genuine sources" in verdict
     assert "`.suspects` lists them" in verdict and "suspects.csv" not in verdict  # nothing was written
 
 
@@ -296,3 +304,17 @@ def test_source_facts_count_from_the_table():
     near = "near_duplicate_positive" in HIGH_PRECISION_REASONS
     assert (facts["b"].n_suspects, facts["b"].n_act) == (1, 1 if near else 0)
     assert (facts["b"].n_near_copies, facts["b"].n_probable, facts["b"].n_copies) == (1, 0, 0)
+
+
+def test_the_shipped_evidence_is_what_the_committed_results_say():
+    """evidence.json equals what experiments/ship_evidence.py computes from the committed static
+    validation (validation_audit.csv, profile.csv, provenance.json): ψ̄'s rank agreement +0.636
+    [0.064, 0.673] over 11 sources, +0.2 among the 4 genuine ones."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ship_evidence", REPO / "experiments" / "ship_evidence.py")
+    ship = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ship)
+    assert ship.text(ship.evidence()) == EVIDENCE.read_text(encoding="utf-8")
+    psi = evidence()["psi_rank_agreement"]
+    assert (psi["n_sources"], psi["n_genuine"]) == (11, 4) and psi["interval_all"][0] <= psi["spearman_all"]

@@ -50,15 +50,46 @@ if TYPE_CHECKING:
 # (with under 30 resampling units a percentile interval is unreliable), a warning is said instead.
 MIN_RECORDS = 30
 
+EVIDENCE = Path(__file__).with_name("evidence.json")  # written by experiments/ship_evidence.py
+
+
+@functools.cache
+def evidence() -> dict[str, Any]:
+    """What the package's own validation found, from the committed results (``evidence.json``)."""
+    import json
+
+    return dict(json.loads(EVIDENCE.read_text(encoding="utf-8")))
+
+
+def _signed(value: float) -> str:
+    return f"{value:+.2f}"
+
+
+def _interval(bounds: Sequence[float] | None) -> str:
+    return f" [{bounds[0]:.2f}, {bounds[1]:.2f}]" if bounds else ""
+
+
+def psi_evidence() -> str:
+    """ψ's rank agreement with transfer in the package's own validation, in words, from
+    :func:`evidence`: over all trained sources and among the genuine ones."""
+    e = evidence()["psi_rank_agreement"]
+    return (
+        f"the package's own validation ({e['backbone']}, {e['n_sources']} sources trained on {e['trained_on']})"
+        f" found ψ's rank agreement with transfer {_signed(e['spearman_all'])}{_interval(e['interval_all'])}"
+        f" over all sources, {e['why']}, and {_signed(e['spearman_genuine'])}{_interval(e['interval_genuine'])}"
+        f" among its {e['n_genuine']} genuine sources"
+    )
+
+
 # diagnostic column → (name, what a higher value means, which way is better or more defective)
 DIRECTIONS: dict[str, tuple[str, str, str]] = {
     "psi_mean": (
         "ψ",
         "negatives share fewer of the query's (IDF-weighted) words",
-        "in the study this package follows a higher mean ψ went with better transfer (the study's finding;"
-        " the package's own validation found ψ's rank agreement with transfer near 0 at its scale, so it is"
-        " not a validated predictor here); above every genuine source (as random passages are) it means"
-        " negatives too unrelated",
+        "in the study this package follows a higher mean ψ went with better transfer (the study's finding; "
+        + psi_evidence()
+        + ", so it is not a validated predictor of which genuine source trains better); above every genuine"
+        " source (as random passages are) it means negatives too unrelated",
     ),
     "rho_mean": (
         "ρ",
@@ -683,8 +714,9 @@ def _ranking_lines(genuine: Sequence[Mapping[str, Any]]) -> list[str]:
         legend = " (≈: the CIs overlap, so that order is not established)" if any("≈" in x for x in parts) else ""
         out.append(
             "- Genuine sources by mean ψ (in the study this package follows, higher mean ψ went with better"
-            " transfer; the package's own validation found ψ's rank agreement with transfer near 0 at its scale,"
-            " so this order is a description, not a prediction): " + " ".join(parts) + legend
+            f" transfer; {psi_evidence()}, so this order is a description, not a prediction): "
+            + " ".join(parts)
+            + legend
         )
     if small and len(genuine) >= 2:
         out.append(
