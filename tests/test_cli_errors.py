@@ -105,7 +105,7 @@ def test_empty_input_is_error(tmp_path):
     line = one_line_error(audit(tmp_path, f"input={bad}", "on_error=skip", f"output_dir={tmp_path / 'o2'}"))
     assert f"no records to audit in {bad}: 1 excluded, first bad.jsonl:1: field 'query': empty string" in line
     assert f"all in {tmp_path / 'o2' / 'exclusions.csv'}" in line
-    assert sorted(p.name for p in (tmp_path / "o2").iterdir()) == ["exclusions.csv"]
+    assert sorted(p.name for p in (tmp_path / "o2").iterdir()) == [".transferdx-incomplete", "exclusions.csv"]
     with pytest.raises(ValueError, match="no records to audit in the input: empty"):
         pipeline.audit([], encoder=None)
 

@@ -19,7 +19,15 @@ from pathlib import Path
 import pytest
 
 import transferdx as tdx
-from transferdx.artifacts import CLAIM_FILE, COMPLETE_FILE, IncompleteOutputWarning, atomic_folder, claim_folder
+from transferdx.artifacts import (
+    CLAIM_FILE,
+    COMPLETE_FILE,
+    INCOMPLETE_FILE,
+    IncompleteOutputWarning,
+    atomic_folder,
+    claim_folder,
+    incomplete_output,
+)
 from transferdx.inputs import tables as tables_module
 
 from .conftest import REPO
@@ -227,6 +235,7 @@ def test_a_full_output_disk_names_the_file_and_leaves_no_marker(tmp_path, mount)
     line = one_line(proc.stderr)
     assert proc.returncode == 2 and f"cannot write {out}/" in line and "no space left on the device" in line
     assert not (out / COMPLETE_FILE).exists() and not (out / CLAIM_FILE).exists()
+    assert (out / INCOMPLETE_FILE).exists() and incomplete_output(out) == out.resolve()  # cut short: marked
 
 
 def test_a_full_cache_disk_names_the_cache_file(tmp_path, mount):
@@ -343,15 +352,19 @@ def test_an_abandoned_scratch_folder_is_removed_by_the_next_run(tmp_path):
 
 
 def test_claim_folder_writes_the_marker_last_and_only_on_success(tmp_path):
+    """A run that fails (or is interrupted) after writing leaves .transferdx-incomplete and no
+    completion marker, so a reader is warned; the next run that finishes replaces it."""
     out = tmp_path / "out"
     with pytest.raises(RuntimeError):
         with claim_folder(out):
             (out / "a.csv").write_text("1")
             raise RuntimeError("cut short")
-    assert not (out / COMPLETE_FILE).exists()
+    assert not (out / COMPLETE_FILE).exists() and (out / INCOMPLETE_FILE).exists()
+    assert incomplete_output(out / "a.csv") == out.resolve()
     with claim_folder(out):
         (out / "b.csv").write_text("2")
     assert json.loads((out / COMPLETE_FILE).read_text()) == {"files": ["b.csv"]}
+    assert not (out / INCOMPLETE_FILE).exists() and incomplete_output(out / "b.csv") is None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -245,12 +245,16 @@ def claim_folder(folder: str | Path) -> Iterator[Path]:
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
     os.ftruncate(fd, 0)
     os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, started {stamp}\n".encode())
+    finished = False
     try:
         with owned_folder(folder, since=os.fstat(fd).st_mtime):
             yield folder
+        finished = True
     finally:
         path.unlink(missing_ok=True)
         os.close(fd)
+        if not finished:
+            _mark_incomplete(folder)
 
 
 @contextmanager
@@ -273,9 +277,21 @@ def owned_folder(folder: str | Path, since: float | None = None) -> Iterator[Pat
     for name in sorted(set(earlier) - set(written)):  # the previous run's, not rewritten: stale
         _remove_owned(folder, name)
     atomic_write_text(folder / COMPLETE_FILE, canonical_json({"files": written}) + "\n")
+    (folder / INCOMPLETE_FILE).unlink(missing_ok=True)
 
 
 COMPLETE_FILE = ".transferdx-complete"
+INCOMPLETE_FILE = ".transferdx-incomplete"  # left by a run that failed or was interrupted after writing
+
+
+def _mark_incomplete(folder: Path) -> None:
+    """Mark a folder a failed or interrupted run wrote into (its claim is gone, so nothing else would
+    say so); a folder holding nothing of the run's is left unmarked (and removed if the run made it)."""
+    try:
+        if any(not p.name.startswith(".") for p in folder.iterdir()):
+            (folder / INCOMPLETE_FILE).touch()
+    except OSError:  # a full or read-only disk: the missing completion marker still says it
+        pass
 
 
 class IncompleteOutputWarning(UserWarning):
@@ -335,14 +351,15 @@ def _remove_owned(folder: Path, name: str) -> None:
 def incomplete_output(path: str | Path, levels: int = 3) -> Path | None:
     """The transferdx output folder holding ``path`` (itself or up to ``levels`` folders above it) when
     the run writing it has not finished or was cut short (no :data:`COMPLETE_FILE`); None otherwise.
-    An output folder is one with ``clean.json``, ``profile.json`` or a run's claim file."""
+    An output folder is one with ``clean.json``, ``profile.json``, a run's claim file or the mark
+    :data:`INCOMPLETE_FILE` a failed or interrupted run leaves."""
     here = Path(path).resolve()
     for folder in [here, *here.parents][: levels + 1]:
         if not folder.is_dir():
             continue
-        if any((folder / name).exists() for name in ("clean.json", "profile.json", CLAIM_FILE)):
+        if any((folder / name).exists() for name in ("clean.json", "profile.json", CLAIM_FILE, INCOMPLETE_FILE)):
             finished = (folder / COMPLETE_FILE).is_file() and not (folder / CLAIM_FILE).exists()
-            return None if finished else folder
+            return None if finished and not (folder / INCOMPLETE_FILE).exists() else folder
     return None
 
 
