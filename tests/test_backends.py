@@ -97,6 +97,18 @@ def test_auto_keeps_the_runtime_measured_faster_on_this_machine(tmp_path, monkey
     assert again.runtime == first.runtime and again.encoder.choice is None and again.encoder._model is None
     explicit = EmbeddingCache(dataclasses.replace(auto, backend="openvino"), tmp_path / "c", progress=False)
     assert explicit.runtime == b.Runtime("openvino", "fp32") and explicit.encoder.choice is None
+    # reading the choice costs a warm run nothing: neither torch nor OpenVINO is imported for it
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys; from transferdx.embed import EmbeddingCache, EncoderSpec;"
+        f" c = EmbeddingCache(EncoderSpec(name='tiny', model={str(folder)!r}, source='path', batch_size=16),"
+        f" {str(tmp_path / 'd')!r}, progress=False);"
+        " print(c.runtime, 'torch' in sys.modules, 'openvino' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    assert out == [str(first.runtime), "False", "False"]
 
 
 # -- cache keys and exports ----------------------------------------------------------------------

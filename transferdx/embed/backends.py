@@ -26,6 +26,7 @@ runtime, so vectors of different backends never mix.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import json
 import os
@@ -72,16 +73,24 @@ class Runtime:
 # ---------------------------------------------------------------------------------------------
 
 
-def cpu_flags() -> set[str]:
-    """The CPU's feature flags (Linux ``/proc/cpuinfo``); empty where unknown."""
+@functools.cache
+def _cpuinfo() -> dict[str, str]:
+    """The first value of each field of Linux ``/proc/cpuinfo`` (read once); empty where there is none."""
+    fields: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as handle:
             for line in handle:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
+                key, sep, value = line.partition(":")
+                if sep:
+                    fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return set()
+    return fields
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (Linux ``/proc/cpuinfo``); empty where unknown."""
+    return set(_cpuinfo().get("flags", "").split())
 
 
 def cpu_has_native_bf16() -> bool:
@@ -425,30 +434,27 @@ CHOICE_RECIPE = "runtime-choice-v1"
 
 def cpu_signature() -> str:
     """What makes one CPU faster on one runtime than another: model name, feature flags, cores."""
-    name = ""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            name = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), "")
-    except OSError:
-        import platform
+    import platform
 
-        name = platform.processor() or platform.machine()
+    name = _cpuinfo().get("model name") or platform.processor() or platform.machine()
     return f"{name}|{' '.join(sorted(cpu_flags()))}|{os.cpu_count()}"
 
 
 def choice_path(identity: str, models_dir: Path, batch_size: int, threads: int | None = None) -> Path:
-    """Where the measured choice for this model, machine, thread count and batch size is kept."""
-    import openvino
-    import torch
+    """Where the measured choice for this model, machine, thread count and batch size is kept. Read
+    on every encoder's start without importing torch or OpenVINO (a warm re-audit loads neither):
+    their versions come from the installed packages' metadata, the threads from ``threads`` or
+    ``OMP_NUM_THREADS`` (torch's default follows the core count, which the CPU signature holds)."""
+    from importlib.metadata import version
 
     key = content_hash(
         CHOICE_RECIPE,
         identity,
         cpu_signature(),
-        int(threads or torch.get_num_threads()),
+        str(threads or os.environ.get("OMP_NUM_THREADS") or "default"),
         batch_size,
-        torch.__version__,
-        openvino.__version__,
+        version("torch"),
+        version("openvino"),
         EXPORT_RECIPE,
     )
     return models_dir / f"runtime-choice-{key[:24]}.json"
