@@ -113,10 +113,8 @@ def os_error_line(exc: OSError, writing: str | None = None) -> str:
         return _one_line(str(exc)) or type(exc).__name__
     what = "the run's log file " if writing == "log" else ""
     target = f" {what}{path}" if path else (f" {what.strip()}" if what else "")
-    advice = {
-        errno.ENOSPC: FULL_DISK_ADVICE,
-        errno.EDQUOT: FULL_DISK_ADVICE,
-    }.get(exc.errno or -1, "give output_dir= and hydra.run.dir= a folder this user can write")
+    full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    advice = FULL_DISK_ADVICE if full else "give output_dir= and hydra.run.dir= a folder this user can write"
     return f"cannot write{target}: {cause}; {advice}"
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -113,11 +113,26 @@ def read_table(path: Path, builder: RecordBuilder, split: str | None = None, fal
     if is_saved_dataset(path):
         return dataset_table(load_from_disk(path, split), str(path), "save_to_disk", _folder_hash(path))
     form = form_of(path) or fallback
+    return read_unchanged(path, lambda: _read_form(path, form, builder))
+
+
+def read_unchanged(path: Path, read: Callable[[], Table]) -> Table:
+    """``read()``, the table of the file ``path``, with the file's sha256 and its (size, mtime, inode)
+    when read; an :class:`InputError` when the file changed while it was being read (replaced or
+    rewritten: the rows may mix two versions)."""
     before = file_stat(path)
     digest = file_hash(path)
+    table = read()
+    if file_stat(path) != before:
+        raise InputError(path, None, "<path>", "the file changed while it was being read; rerun once it is written")
+    table.sha256, table.stat = digest, before
+    return table
+
+
+def _read_form(path: Path, form: str | None, builder: RecordBuilder) -> Table:
     if form is not None and form in TEXT_FORMS.values():
-        table = read_text_table(path, form, builder)
-    elif form == "parquet":
+        return read_text_table(path, form, builder)
+    if form == "parquet":
         import pyarrow.parquet as pq
 
         try:
@@ -125,16 +140,11 @@ def read_table(path: Path, builder: RecordBuilder, split: str | None = None, fal
             columns = pq.read_schema(path).names
         except Exception as exc:  # pyarrow raises several types for a bad file
             raise InputError(path, None, "<table>", f"cannot read Parquet: {exc}") from None
-        table = Table(str(path), form, list(columns), rows, list(range(1, len(rows) + 1)))
-    elif form == "arrow":
+        return Table(str(path), form, list(columns), rows, list(range(1, len(rows) + 1)))
+    if form == "arrow":
         arrow = read_arrow(path)
-        table = Table(str(path), form, list(arrow.column_names), arrow.to_pylist(), list(range(1, arrow.num_rows + 1)))
-    else:
-        raise InputError(path, None, "<path>", f"not a recognised file type ({', '.join(recognised_suffixes())})")
-    if file_stat(path) != before:
-        raise InputError(path, None, "<path>", "the file changed while it was being read; rerun once it is written")
-    table.sha256, table.stat = digest, before
-    return table
+        return Table(str(path), form, list(arrow.column_names), arrow.to_pylist(), list(range(1, arrow.num_rows + 1)))
+    raise InputError(path, None, "<path>", f"not a recognised file type ({', '.join(recognised_suffixes())})")
 
 
 def read_arrow(path: Path) -> Any:

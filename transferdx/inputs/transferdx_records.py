@@ -14,6 +14,7 @@ suspect). A table in another form (Parquet, CSV, a ``DataFrame``, ...) whose col
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -21,12 +22,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from transferdx.artifacts import atomic_write_text, file_hash, safe_join
+from transferdx.artifacts import atomic_write_text, safe_join
 from transferdx.inputs.reading import FieldProblem, RecordBuilder, artifact_name, text_value
-from transferdx.inputs.records import InputError, LoadResult, Passage, Plan, Record, Table, file_stat, text_id
+from transferdx.inputs.records import InputError, LoadResult, Passage, Plan, Record, Table, text_id
 from transferdx.inputs.registry import Format, Shape, keep, register
 from transferdx.inputs.rows import table_input
-from transferdx.inputs.tables import folder_members, read_sidecars, source_stem, storage_form
+from transferdx.inputs.tables import folder_members, read_sidecars, read_unchanged, source_stem, storage_form
 from transferdx.inputs.textforms import read_json_lines
 from transferdx.inputs.writing import Cleaning, Rewritten, RowChange, rows_with_queries, write_sidecars
 
@@ -117,12 +118,7 @@ def read_records(
         def add(lineno: int, obj: dict[str, Any], builder: RecordBuilder = builder) -> None:
             record_from_obj(builder, lineno, obj, default_source=source)
 
-        before = file_stat(file)
-        table = read_json_lines(file, builder, add)
-        digest = file_hash(file)
-        if file_stat(file) != before:
-            raise InputError(file, None, "<path>", "the file changed while it was being read; rerun once it is written")
-        table.sha256, table.stat = digest, before
+        table = read_unchanged(file, functools.partial(read_json_lines, file, builder, add))
         if keep_tables:
             default = source or next((r.source for r in builder.result.records), None) or source_stem(file)
             keep(builder.result, table, default, storage_form(file), file.name, artifact_name(file), file)
@@ -130,7 +126,7 @@ def read_records(
         for name in {r.source for r in builder.result.records}:
             result.describe(
                 name,
-                input={"format": "records", "file": file.name, "sha256": digest},
+                input={"format": "records", "file": file.name, "sha256": table.sha256},
                 mining_method="as recorded in the file (negatives[].method)",
                 reference_positive="positives[0] as given",
             )
