@@ -19,6 +19,7 @@ from transferdx.inputs.sentence_transformers import load_ntuple
 from transferdx.inputs.textforms import read_id_text_tsv
 from transferdx.inputs.transferdx_records import read_records, write_records
 from transferdx.inputs.trec_dl import load_trec_dl
+from transferdx.sources import demo as _demo  # noqa: F401  (registers "demo" and "demo_pool", as the package does)
 
 DL19_RUNS = ["BM25", "BM25_RM3", "D_BERT_KD_TASB", "OPEN_AI_ADA2", "REP_LLAMA", "SPLADE_P_P_ENSEMBLE_DISTIL"]
 
