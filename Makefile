@@ -13,7 +13,7 @@ TORCH_INDEX ?=
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.transferdx-installed
 
-.PHONY: setup demo test docs bench lint dl19 small-study validation-study validation-static clean
+.PHONY: setup demo test docs bench lint dl19 small-study validation-study validation-static validation-cleaning clean
 
 setup: $(STAMP)
 
@@ -49,6 +49,14 @@ validation-study: setup
 VALIDATION_STATIC_DIR ?= outputs/validation-static
 validation-static: setup
 	BIN=$(VENV)/bin bash experiments/validation_static.sh $(VALIDATION_STATIC_DIR)
+
+# Does cleaning train a better retriever? (issue 34; plan: experiments/results/cleaning/PLAN.md):
+# TREC-DL19 + DL21 single-label records, 10 arms, query-fold CV, static backbone, 5 seeds; ≈ 65 min on
+# 2 CPU cores from an empty cache, minutes from cache; results to experiments/results/cleaning/.
+VALIDATION_CLEANING_DIR ?= outputs/validation-cleaning
+validation-cleaning: setup
+	$(VENV)/bin/python experiments/cleaning.py $${TRANSFERDX_DATA_DIR:-../shared/data} --out=$(VALIDATION_CLEANING_DIR)
+	$(VENV)/bin/python experiments/cleaning.py $${TRANSFERDX_DATA_DIR:-../shared/data} --out=$(VALIDATION_CLEANING_DIR) --score
 
 # Two workers, one test module each at a time (module fixtures stay shared); TEST_WORKERS=0 runs in
 # one process. The slowest tests are listed at the end.

@@ -73,7 +73,9 @@ from transferdx.inputs.writing import (
     write_sidecars,
 )
 
-ACTIONS = ("remove", "relabel")
+# remove: take the acted-on suspects out; relabel: move those that answer the query to the positives;
+# both (ARHN's filter + relabel): relabel as ``relabel`` does, and also remove every suspect listed for review
+ACTIONS = ("remove", "relabel", "both")
 RELABELED_RELATION = "relabeled_false_negative"
 # high measured precision: acted on by default (the rest is for review)
 DEFAULT_REASONS = ("duplicate_positive", "near_duplicate_positive")
@@ -214,6 +216,10 @@ def clean_records(
         raise ValueError(f"clean min_probability must be in [0, 1] or null, got {min_probability!r}")
     chosen = set(reasons_of(suspicion, reasons))
     hits, seen = _held(suspicion, chosen, min_probability)
+    acted = hits  # relabel and both move these (the chosen reasons, or the probability cut)
+    if action == "both":  # ... and both also removes every other suspect (the review list)
+        review, _ = _held(suspicion, set(checked_reasons(suspicion)), None)
+        hits = {key: {**review.get(key, {}), **acted.get(key, {})} for key in review.keys() | acted.keys()}
     cleaned: list[tuple[Record, tuple[Passage, ...]]] = []
     removed: list[tuple[Any, ...]] = []
     for rec in records:
@@ -223,7 +229,7 @@ def clean_records(
                 f"the audit does not cover record {rec.source}/{rec.qid} ({seen.get(key, 0)} of "
                 f"{len(rec.negatives)} negatives): audit the same records (sample_fraction=1.0)"
             )
-        new, rows = _clean_one(rec, hits.get(key, {}), action)
+        new, rows = _clean_one(rec, hits.get(key, {}), action, set(acted.get(key, {})))
         removed.extend(rows)
         cleaned.append((new, tuple(new.positives[len(rec.positives) :])))
     queries = _borrow(cleaned) if fill == "borrow" else [CleanedQuery(rec, added) for rec, added in cleaned]
@@ -275,8 +281,11 @@ def _fallback(query: CleanedQuery, fill: str) -> str:
     return "positives-only where the shape allows (labeled pairs), else its rows dropped (clean.fill=borrow lends)"
 
 
-def _clean_one(rec: Record, held: Mapping[int, list[str]], action: str) -> tuple[Record, list[tuple[Any, ...]]]:
-    """One record: its negatives that hold a chosen reason removed or relabeled, in order."""
+def _clean_one(
+    rec: Record, held: Mapping[int, list[str]], action: str, acted: set[int]
+) -> tuple[Record, list[tuple[Any, ...]]]:
+    """One record: its negatives that hold a reason removed or, those in ``acted`` (relabel, both),
+    relabeled, in order."""
     positives = list(rec.positives)
     known = {normalise_text(p.text) for p in positives}
     moved: set[str] = set()
@@ -290,7 +299,7 @@ def _clean_one(rec: Record, held: Mapping[int, list[str]], action: str) -> tuple
             kept.append((k, neg))
             continue
         verb = "removed"
-        if action == "relabel" and RELABEL_REASONS.intersection(reasons) and text not in known:
+        if action != "remove" and k in acted and RELABEL_REASONS.intersection(reasons) and text not in known:
             positives.append(dataclasses.replace(neg, relation=RELABELED_RELATION))
             known.add(text)
             moved.add(text)

@@ -148,7 +148,8 @@ def clean(
     options: AuditOptions | None = None,
     **overrides: Any,
 ) -> CleanResult:
-    """Remove (``action="remove"``) or relabel as positives (``"relabel"``) the negatives suspected
+    """Remove (``action="remove"``) or relabel as positives (``"relabel"``; ``"both"``: relabel them
+    and remove every other suspect, the review list) the negatives suspected
     of being false negatives for ``reasons`` (None: the high-precision
     :data:`transferdx.cleaning.DEFAULT_REASONS` the audit checked) and, when the audit's frame has
     ``fn_probability``, those with ``fn_probability ≥ min_probability`` (``"auto"``: with the
@@ -266,7 +267,7 @@ def _descriptor(
         "probability_used": min_probability is not None and PROBABILITY_REASON in frame.columns,
         "reasons_checked": checked,
         "reasons_unchecked": unchecked_why(checked),
-        "relabeled_relation": RELABELED_RELATION if action == "relabel" else None,
+        "relabeled_relation": RELABELED_RELATION if action != "remove" else None,
         "n_records_in": len(loaded.records),
         "n_negatives_in": sum(len(r.negatives) for r in loaded.records),
         "n_removed": int(counts.get("removed", 0)),
