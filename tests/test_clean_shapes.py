@@ -271,3 +271,81 @@ def test_review_files_carry_text_and_the_users_own_ids(tmp_path):
     with_ids = tdx.clean(pd.DataFrame(records_rows()), encoder=None, resamples=20)  # records carry their own qids
     assert set(with_ids.removed["input_id"]) <= {f"q{i}" for i in range(len(QUERIES))}
     assert len(done.removed) == len(removed)
+
+
+# Two queries for relabel / both, under the fixed encoder (s(q,p) = 0.8, p on axis 1): "close" sits
+# by the positive (near_duplicate_positive, the reason acted on: relabeled); "hot" outscores it on
+# another axis (positive_aware only: on the review list, removed by ``both`` alone).
+ANSWERS = [
+    ("apple", "the answer", ["close", "hot", "low", "far"]),
+    ("river", "the answer two", ["near", "warm", "low two", "far two"]),
+]
+ANSWER_VECTORS = {"the answer": (0.8, 1), "the answer two": (0.8, 1), "close": (0.79, 1), "near": (0.79, 1)}
+ANSWER_VECTORS |= {"hot": (0.9, 2), "warm": (0.9, 2)}
+
+
+def answer_rows(shape: str) -> list[dict]:
+    rows: list[dict] = []
+    for i, (q, p, negs) in enumerate(ANSWERS):
+        if shape == "triplet":
+            rows += [{"anchor": q, "positive": p, "negative": n} for n in negs]
+        elif shape == "ntuple":
+            rows.append({"anchor": q, "positive": p, **{f"negative_{j}": n for j, n in enumerate(negs, 1)}})
+        elif shape == "labeled_pair":
+            rows += [{"anchor": q, "positive": p, "label": 1}, *({"anchor": q, "positive": n, "label": 0} for n in negs)]
+        elif shape == "flagembedding":
+            rows.append({"query": q, "pos": [p], "neg": list(negs)})
+        else:
+            rows.append({"qid": f"q{i}", "query": q, "positives": [{"id": f"p{i}", "text": p}], "negatives": list(negs),
+                         "source": "mined"})
+    return rows
+
+
+def positives_of(shape: str, row: dict) -> list[str]:
+    if shape in ("triplet", "ntuple"):
+        return [row["positive"]]
+    if shape == "labeled_pair":
+        return [row["positive"]] if int(row["label"]) == 1 else []
+    if shape == "flagembedding":
+        return list(row["pos"])
+    return [p if isinstance(p, str) else p["text"] for p in row["positives"]]
+
+
+@pytest.mark.parametrize("action", ["relabel", "both"])
+@pytest.mark.parametrize("shape", [*ST_SHAPES, "flagembedding", "records"])
+def test_relabel_and_both_on_every_shape(tmp_path, model_dir, shape, action):
+    """Kills: a relabeled passage left among the negatives or missing from the positives of the
+    user's shape (an extra row for fixed-slot shapes, label 1 for pairs, ``pos`` / ``positives`` for
+    lists), ``both`` not removing the review list or relabeling it, ``relabel`` removing it,
+    rows unaccounted for, and a copy the trainer rejects (two steps, as it is)."""
+    from transferdx.auditing.core import audit_records as core_audit
+    from transferdx.auditing.result import Audit
+    from transferdx.diagnostics.tokens import alnum
+
+    from .fakes import FixedEncoder, vec
+
+    rows = answer_rows(shape)
+    src = write_input(rows, tmp_path, "jsonl")
+    texts = {t for _, p, negs in ANSWERS for t in (p, *negs)}
+    vectors = {t: vec(*ANSWER_VECTORS.get(t, (0.1, 3))) for t in texts}
+    result = Audit(core_audit(tdx.load(src), alnum, encoder=FixedEncoder(vectors), resamples=20))
+    keep = 2 if shape == "ntuple" else None  # four slots → two: what is left after ``both`` (nothing invented)
+    done = tdx.clean(src, result, action=action, reasons=["near_duplicate_positive"], keep=keep, out=tmp_path / "out")
+    copy = load_as_user(copy_path(tmp_path / "out", src), "jsonl", tmp_path / "hf")
+    out_rows = copy.to_list()
+    negatives = [n for r in out_rows for n in negatives_of(shape, r)]
+    positives = {p for r in out_rows for p in positives_of(shape, r)}
+    assert done.descriptor["n_relabeled"] == 2 and {"close", "near"} <= positives
+    assert not {"close", "near"} & set(negatives)
+    reviewed = {"hot", "warm"}
+    if action == "both":
+        gone = done.removed[done.removed["action"] == "removed"]
+        assert set(gone["negative"]) == reviewed and len(done.review) == 0
+        assert not reviewed & set(negatives)
+    else:
+        assert set(done.review["negative"]) == reviewed and reviewed <= set(negatives)
+    acc = done.descriptor["rows"]
+    assert acc["read"] == len(out_rows) + acc["excluded_on_read"] + acc["dropped"] - acc["added"]
+    if shape in ST_SHAPES:
+        losses = train_two_steps(model_dir, copy, tmp_path / "train")
+        assert len(losses) == 2 and all(loss == loss for loss in losses)

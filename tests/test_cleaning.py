@@ -148,7 +148,7 @@ def test_relabel_moves_answering_negatives_after_p0():
     assert (done.descriptor["n_relabeled"], done.descriptor["n_removed"]) == (2, 4)
 
 
-@pytest.mark.parametrize("action", ["remove", "relabel"])
+@pytest.mark.parametrize("action", ["remove", "relabel", "both"])
 def test_reaudit_with_the_encoder_is_clean(action):
     """Kills: leaving positive_aware / near_duplicate_positive suspects in the copy, and a relabel
     that changes p0 (which would move every s(q,p) and so the rule's bar)."""

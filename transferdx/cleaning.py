@@ -23,6 +23,8 @@ answers the query holds (:data:`RELABEL_REASONS`) and its normalised text is not
 Otherwise it is removed: a copy of a positive (``duplicate_positive``) or a repeat of an earlier
 negative (``duplicate_negative``) adds nothing as a positive. A negative left with the normalised
 text of a relabeled one would copy a positive, so it is removed too (reason ``duplicate_positive``).
+``both`` (filtering plus relabelling, as ARHN does) relabels the same negatives and removes every other
+suspect, the ones ``remove`` and ``relabel`` leave on the review list.
 
 **Nothing is invented.** Rows keep the negatives the cleaned record still holds, in their order;
 ``keep`` (``clean.keep=K``) writes the first K accepted negatives of each row or record (a file
