@@ -51,7 +51,7 @@ validation-static: setup
 	BIN=$(VENV)/bin bash experiments/validation_static.sh $(VALIDATION_STATIC_DIR)
 
 # Does cleaning train a better retriever? (issue 34; plan: experiments/results/cleaning/PLAN.md):
-# TREC-DL19 + DL21 single-label records, 10 arms, query-fold CV, static backbone, 5 seeds; ≈ 65 min on
+# TREC-DL19 + DL21 single-label records, 10 arms, query-fold CV, static backbone, 5 seeds; ≈ 100 min on
 # 2 CPU cores from an empty cache, minutes from cache; results to experiments/results/cleaning/.
 VALIDATION_CLEANING_DIR ?= outputs/validation-cleaning
 validation-cleaning: setup

@@ -23,6 +23,7 @@ experiments/results/cleaning/ from the cached runs.
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import hashlib
 import json
 import os
@@ -522,11 +523,325 @@ def run(
     return frame_out
 
 
+# ---------------------------------------------------------------------------------------------
+# Scoring (--score): the tables of results/cleaning/README.md and results.json
+# ---------------------------------------------------------------------------------------------
+
+DATASETS = ("trec_dl", "dl19", "dl21", "scifact")  # trec_dl: both years' held-out queries pooled
+
+
+def score_arrays(frame: pd.DataFrame) -> tuple[dict[str, dict[str, dict[str, dict[int, np.ndarray]]]], dict[str, Any]]:
+    """(run → arm → dataset → seed → per-query nDCG@10, queries in one fixed order; frozen → dataset →
+    per query). A TREC-DL query's score for a seed is its held-out fold's model's; a SciFact query's is
+    the mean over the fold models of that seed."""
+    frozen_rows = frame[frame["arm"] == "frozen"]
+    frozen_by = {d: g.set_index("query")["ndcg"] for d, g in frozen_rows.groupby("dataset")}
+    trained = frame[frame["arm"] != "frozen"]
+    out: dict[str, dict[str, dict[str, dict[int, np.ndarray]]]] = {}
+    order: dict[str, list[str]] = {}
+    for (run_name, arm, seed), g in trained.groupby(["run", "arm", "seed"]):
+        per = {}
+        dl = g[g["dataset"].isin(list(YEARS))]
+        per["trec_dl"] = dl.set_index("query")["ndcg"]
+        for year in YEARS:
+            per[year] = dl[dl["dataset"] == year].set_index("query")["ndcg"]
+        per["scifact"] = g[g["dataset"] == "scifact"].groupby("query")["ndcg"].mean()
+        for d, series in per.items():
+            order.setdefault(d, sorted(series.index))
+            values = series.reindex(order[d]).to_numpy(dtype=np.float64)
+            assert not np.isnan(values).any(), f"{run_name}/{arm}/{seed}/{d}: a query without a score"
+            out.setdefault(str(run_name), {}).setdefault(str(arm), {}).setdefault(d, {})[int(seed)] = values
+    frozen = {
+        d: (pd.concat([frozen_by[y] for y in YEARS]) if d == "trec_dl" else frozen_by[d])
+        .reindex(order[d])
+        .to_numpy(dtype=np.float64)
+        for d in DATASETS
+    }
+    return out, frozen
+
+
+def arm_table(
+    scores: Mapping[str, Mapping[str, Mapping[int, np.ndarray]]],
+    frozen: Mapping[str, np.ndarray],
+    resamples: int = 10000,
+) -> list[dict[str, Any]]:
+    """Per dataset and arm: nDCG@10, Δ vs frozen and vs raw (95% CI, p, MDD), and the share of the
+    oracle's gain, (arm − raw)/(oracle − raw), with its percentile CI; ``p_holm``: p Holm-adjusted over
+    the dataset's arms."""
+    from statsmodels.stats.multitest import multipletests
+
+    from transferdx.analysis.validation import bootstrap_p, minimum_detectable_difference, resample
+    from transferdx.resampling import percentile_bounds
+
+    rows = []
+    for d in DATASETS:
+        one = {arm: {d: by[d]} for arm, by in scores.items()}
+        boot = resample(one, {d: frozen[d]}, resamples, seed=0)
+        point = {arm: float(np.mean([v.mean() for v in by[d].values()])) for arm, by in scores.items()}
+        raw = boot.of("raw")
+        gain = boot.of("oracle") - raw
+        gain_low, gain_high = percentile_bounds(gain, 0.95)
+        for arm in boot.sources:
+            diff = boot.of(arm) - raw
+            low, high = percentile_bounds(diff, 0.95)
+            f_low, f_high = percentile_bounds(boot.of(arm) - boot.frozen, 0.95)
+            row = {
+                "dataset": d,
+                "arm": arm,
+                "n_queries": len(frozen[d]),
+                "n_seeds": len(scores[arm][d]),
+                "ndcg10": point[arm],
+                "vs_frozen": point[arm] - float(frozen[d].mean()),
+                "vs_frozen_ci": [f_low, f_high],
+                "vs_raw": point[arm] - point["raw"],
+                "vs_raw_ci": [low, high],
+                "p": bootstrap_p(diff) if arm != "raw" else None,
+                "mdd": minimum_detectable_difference(diff) if arm != "raw" else None,
+                "share_of_oracle_gain": None,
+                "share_ci": None,
+            }
+            if arm not in ("raw", "oracle") and gain_low > 0:  # estimable only when the oracle's gain is
+                share = diff / gain
+                row["share_of_oracle_gain"] = (point[arm] - point["raw"]) / (point["oracle"] - point["raw"])
+                row["share_ci"] = list(percentile_bounds(share, 0.95))
+            rows.append(row)
+        tested = [r for r in rows if r["dataset"] == d and r["p"] is not None]
+        for r, adjusted in zip(tested, multipletests([r["p"] for r in tested], method="holm")[1], strict=True):
+            r["p_holm"] = float(adjusted)  # Holm over this dataset's arms against raw
+        rows.append(
+            {
+                "dataset": d,
+                "arm": "frozen",
+                "n_queries": len(frozen[d]),
+                "ndcg10": float(frozen[d].mean()),
+                "oracle_gain_ci": [gain_low, gain_high],
+            }
+        )
+    return rows
+
+
+def _row(table: Sequence[Mapping[str, Any]], dataset: str, arm: str) -> Mapping[str, Any]:
+    return next(r for r in table if r["dataset"] == dataset and r["arm"] == arm)
+
+
+def _excludes_zero(ci: Sequence[float]) -> bool:
+    return bool(ci[0] > 0 or ci[1] < 0)
+
+
+def predictions(tables: Mapping[str, Sequence[Mapping[str, Any]]], accounting: Mapping[str, Any]) -> list[dict]:
+    """PLAN.md's predictions, each scored from the tables (run → rows) and the skip accounting."""
+    first = next(iter(tables))
+    acc = accounting[first]
+    out = []
+
+    def add(n: int, text: str, held: bool, evidence: str) -> None:
+        out.append({"n": n, "prediction": text, "held": bool(held), "evidence": evidence})
+
+    def each(test: Any) -> tuple[bool, str]:
+        results = {run_name: test(t) for run_name, t in tables.items()}
+        return all(h for h, _ in results.values()), "; ".join(f"{r}: {e}" for r, (_h, e) in results.items())
+
+    def fmt(r: Mapping[str, Any], key: str) -> str:
+        lo, hi = r[f"{key}_ci"]
+        return f"{r[key]:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+
+    held, ev = each(
+        lambda t: ((r := _row(t, "trec_dl", "raw"))["vs_frozen_ci"][0] > 0, "raw − frozen " + fmt(r, "vs_frozen"))
+    )
+    add(1, "raw − frozen on held-out TREC-DL > 0, CI above 0", held, ev)
+    held, ev = each(
+        lambda t: (
+            -0.01 <= (r := _row(t, "trec_dl", "oracle"))["vs_raw"] <= 0.03 and not _excludes_zero(r["vs_raw_ci"]),
+            "oracle − raw " + fmt(r, "vs_raw"),
+        )
+    )
+    add(2, "oracle − raw on held-out TREC-DL in [−0.01, +0.03], CI includes 0", held, ev)
+    d = acc["tdx_default"]
+    add(
+        3,
+        "tdx_default skip precision ≥ 0.70 and recall ≤ 0.40 (BM25)",
+        d["precision"] is not None and d["precision"] >= 0.70 and d["recall"] <= 0.40,
+        f"precision {d['precision']:.3f}, recall {d['recall']:.3f} ({d['n_skipped']} skipped)",
+    )
+    rm = acc["relative_margin"]
+    add(
+        4,
+        "relative_margin's skips less precise than tdx_default's, and more of them (BM25)",
+        rm["precision"] < (d["precision"] or 0) and rm["n_skipped"] > d["n_skipped"],
+        f"relative_margin {rm['precision']:.3f} ({rm['n_skipped']} skipped) vs tdx_default {d['precision']:.3f}"
+        f" ({d['n_skipped']})",
+    )
+    am = acc["absolute_margin"]
+    add(
+        5,
+        "absolute_margin (0.1) skips more than relative_margin (0.05) (BM25)",
+        am["n_skipped"] > rm["n_skipped"],
+        f"{am['n_skipped']} vs {rm['n_skipped']}",
+    )
+    held, ev = each(
+        lambda t: (
+            abs((r := _row(t, "trec_dl", "random_skip"))["vs_raw"]) <= r["mdd"] and not _excludes_zero(r["vs_raw_ci"]),
+            f"random_skip − raw {fmt(r, 'vs_raw')}, MDD {r['mdd']:.3f}",
+        )
+    )
+    add(6, "random_skip − raw within ±MDD, CI includes 0", held, ev)
+    t0 = tables[first]
+    o, orl = _row(t0, "trec_dl", "oracle"), _row(t0, "trec_dl", "oracle_relabel")
+    add(
+        7,
+        "oracle_relabel − raw ≥ oracle − raw (BM25, held-out TREC-DL)",
+        orl["vs_raw"] >= o["vs_raw"],
+        f"{orl['vs_raw']:+.3f} vs {o['vs_raw']:+.3f}",
+    )
+    held, ev = each(
+        lambda t: (
+            _row(t, "trec_dl", "tdx_default")["share_of_oracle_gain"] is None,
+            "oracle gain CI {:+.3f}..{:+.3f}".format(*_row(t, "trec_dl", "frozen")["oracle_gain_ci"]),
+        )
+    )
+    add(8, "share of the oracle's gain recovered by tdx_default not estimable (oracle gain CI includes 0)", held, ev)
+
+    def scifact(t: Sequence[Mapping[str, Any]]) -> tuple[bool, str]:
+        rows = [r for r in t if r["dataset"] == "scifact" and r["arm"] != "frozen"]
+        worst = max(abs(r["vs_frozen"]) for r in rows)
+        established = [r["arm"] for r in rows if r["arm"] != "raw" and _excludes_zero(r["vs_raw_ci"])]
+        return (
+            worst <= 0.02 and not established,
+            f"max abs(arm − frozen) {worst:.3f}; arm − raw CI excludes 0: {established}",
+        )
+
+    held, ev = each(scifact)
+    add(9, "SciFact: every arm within 0.02 of frozen; no arm − raw established", held, ev)
+
+    def none_beat(t: Sequence[Mapping[str, Any]]) -> tuple[bool, str]:
+        above = [
+            r["arm"]
+            for r in t
+            if r["dataset"] == "trec_dl" and r["arm"] not in ("raw", "frozen") and r["vs_raw_ci"][0] > 0
+        ]
+        return not [a for a in above if not a.startswith("oracle")], f"CI above 0: {above}"
+
+    held, ev = each(none_beat)
+    add(10, "no non-oracle arm beats raw on held-out TREC-DL with its CI above 0", held, ev)
+    return out
+
+
+def write_results(out: Path, results: Path, design: Design, resamples: int = 10000) -> dict[str, Any]:
+    """results.json and README.md from the cached runs (``out``)."""
+    frame = pd.read_csv(out / "per_query.csv", dtype={"query": str})
+    accounting = json.loads((out / "accounting.json").read_text("utf-8"))
+    detectors = json.loads((out / "detectors.json").read_text("utf-8"))
+    scores, frozen = score_arrays(frame)
+    tables = {
+        run_name: arm_table(scores[run_name], frozen, resamples) for run_name in design.runs if run_name in scores
+    }
+    scored = predictions(tables, accounting)
+    record = {
+        "design": dataclasses.asdict(design),
+        "detectors_fitted_on": {y: d["fitted_on"] for y, d in detectors.items()},
+        "accounting": accounting,
+        "arms": tables,
+        "predictions": scored,
+        "n_models": int(frame[frame["arm"] != "frozen"].groupby(["run", "arm", "fold", "seed"]).ngroups),
+    }
+    results.mkdir(parents=True, exist_ok=True)
+    with gzip.GzipFile(results / "per_query.csv.gz", "wb", mtime=0) as handle:  # every score, same bytes
+        handle.write((out / "per_query.csv").read_bytes())
+    atomic_write_text(results / "results.json", canonical_json(json.loads(json.dumps(record, default=float))))
+    atomic_write_text(results / "README.md", readme(record))
+    return record
+
+
+def readme(record: Mapping[str, Any]) -> str:
+    """The results page: per run, the arms on held-out TREC-DL and SciFact, the skips, the predictions."""
+
+    def ci(pair: Sequence[float] | None) -> str:
+        return "—" if pair is None else f"[{pair[0]:+.3f}, {pair[1]:+.3f}]"
+
+    def num(value: Any, spec: str) -> str:
+        return "—" if value is None else format(value, spec)
+
+    lines = [
+        "# Does cleaning with transferdx train a better retriever? — results (issue 34)",
+        "",
+        "Plan and predictions, committed before the run: [PLAN.md](PLAN.md). Written by "
+        "`python experiments/cleaning.py --score` (`make validation-cleaning`) from the cached runs.",
+        "",
+        f"{record['n_models']} static models trained and scored; nDCG@10 on held-out queries (query-fold CV "
+        "over TREC-DL19 + DL21: every query scored by models that never trained on it); 95% intervals from "
+        "the two-level bootstrap (queries, paired across arms; seeds).",
+        "",
+    ]
+    head = (
+        "| arm | held-out TREC-DL | Δ vs raw [95% CI] | p (Holm) | MDD | share of oracle gain | DL19 | DL21 | SciFact |"
+    )
+    skip_head = (
+        "| arm | skipped | judged | judged ≥ 2 | precision | recall | relabelled | distinct (mean, min) | short |"
+    )
+    for run_name, table in record["arms"].items():
+        lines += [f"## {run_name}", "", head + " Δ SciFact vs raw |", "|---|---|---|---|---|---|---|---|---|---|"]
+        by = {(r["dataset"], r["arm"]): r for r in table}
+        present = {r["arm"] for r in table if r["dataset"] == "trec_dl"}
+        for arm in [a for a in (*record["design"]["arms"], "frozen") if a in present]:  # the plan's order
+            r, sf = by[("trec_dl", arm)], by[("scifact", arm)]
+            years = [f"{by[(d, arm)]['ndcg10']:.4f}" for d in ("dl19", "dl21", "scifact")]
+            if arm == "frozen":
+                lines.append("| (frozen) | " + " | ".join([f"{r['ndcg10']:.4f}", "", "", "", "", *years, ""]) + " |")
+                continue
+            share = (
+                "—" if r["share_of_oracle_gain"] is None else f"{r['share_of_oracle_gain']:+.2f} {ci(r['share_ci'])}"
+            )
+            delta = "" if arm == "raw" else f"{r['vs_raw']:+.4f} {ci(r['vs_raw_ci'])}"
+            sf_delta = "" if arm == "raw" else f"{sf['vs_raw']:+.4f} {ci(sf['vs_raw_ci'])} (p Holm {sf['p_holm']:.3f})"
+            cells = [
+                arm,
+                f"{r['ndcg10']:.4f}",
+                delta,
+                "" if r["p"] is None else f"{r['p']:.3f} ({r['p_holm']:.3f})",
+                num(r["mdd"], ".3f"),
+                share,
+                *years,
+                sf_delta,
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+        raw, f = by[("trec_dl", "raw")], by[("trec_dl", "frozen")]
+        lines += [
+            "",
+            f"Raw − frozen on held-out TREC-DL: {raw['vs_frozen']:+.4f} {ci(raw['vs_frozen_ci'])}; "
+            f"oracle − raw interval {ci(f['oracle_gain_ci'])}.",
+            "",
+            "Skips against the judgments (unjudged apart; recall over the judged-relevant candidates in the "
+            "arm's reach; distinct negatives per record; records with fewer than K):",
+            "",
+            skip_head,
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        accounting = record["accounting"][run_name]
+        for arm in [a for a in record["design"]["arms"] if a in accounting]:
+            a = accounting[arm]
+            cells = [arm, str(a["n_skipped"]), str(a["n_skipped_judged"]), str(a["n_skipped_relevant"])]
+            cells += [num(a["precision"], ".3f"), num(a["recall"], ".3f"), str(a["n_relabelled"])]
+            cells += [f"{a['distinct_mean']:.2f}, {a['distinct_min']}", str(a["records_short"])]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += ["## Predictions, scored", "", "| # | prediction | held | evidence |", "|---|---|---|---|"]
+    for p in record["predictions"]:
+        lines.append(f"| {p['n']} | {p['prediction']} | {'yes' if p['held'] else 'no'} | {p['evidence']} |")
+    fitted = "; ".join(f"{y}: fitted on {f}" for y, f in record["detectors_fitted_on"].items())
+    lines += ["", f"Detectors of the transferdx arms (each year's records scored by the other year's): {fitted}.", ""]
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
     args = [a for a in argv if not a.startswith("--")]
     data_dir = Path(args[0] if args else os.environ.get("TRANSFERDX_DATA_DIR", "../shared/data"))
     out = Path(next((a.split("=", 1)[1] for a in argv if a.startswith("--out=")), "outputs/validation-cleaning"))
     design = Design()
+    if "--score" in argv:
+        record = write_results(out, RESULTS, design)
+        for p in record["predictions"]:
+            print(f"{p['n']:>2} {'held' if p['held'] else 'FAILED'}: {p['prediction']} — {p['evidence']}")
+        return 0
     if "--pilot" in argv:
         design = dataclasses.replace(design, runs=("BM25",), seeds=(0,))
         frame = run(data_dir, out, design, arms=("raw", "oracle"), folds=(0,))

@@ -11,13 +11,15 @@ is a false negative when judged >= 2, a true one when judged 0-1, and left out w
 2. The shipped detectors, fitted on both years pooled (``single``: one record's features; ``multi``:
    with the other sources' agreement), Platt-calibrated on out-of-fold logits (5 folds grouped by
    query), with the cleaning cut chosen out of year -> ``fn_combined.json``.
-3. The precision of the fixed rules on DL19 (unjudged = not relevant, as measured since issue 17):
-   the constants kept in ``transferdx/diagnostics/suspicion.py`` (DL19_PRECISION, DL19_BASE_RATE).
+3. The precision of the fixed rules on each year (unjudged = not relevant, as measured since issue 17)
+   -> ``experiments/results/fn_years/rule_precision.json`` (the verdict quotes it through
+   ``experiments/ship_evidence.py``).
 
-    python experiments/fit_fn_combined.py [DATA_DIR] [--check]
+    python experiments/fit_fn_combined.py [DATA_DIR] [--check] [--rules]
 
-``--check`` recomputes and compares with the shipped file, the results file and the constants
-instead of writing (exit 1 on a difference; numbers compared to 1e-6, the rest exactly).
+``--check`` recomputes and compares with the shipped file and the results files instead of writing
+(exit 1 on a difference; numbers compared to 1e-6, the rest exactly; a suspected count may differ by
+2 across CPUs, see :func:`rules_match`). ``--rules``: the rule precisions alone.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from transferdx.diagnostics.fn_combined import COMBINED_FILE, MULTI, SINGLE, fea
 
 SHIPPED = Path(tdx.__file__).parent / "diagnostics" / COMBINED_FILE
 RESULTS = fn_years.OUT / "results.json"
+RULES = fn_years.OUT / "rule_precision.json"
 FITTED_ON = "TREC-DL19 (six runs) + TREC-DL21 (three runs), labels=single, top-8, all-MiniLM-L6-v2, judged >= 2"
 MEASURED_ON = (
     "TREC-DL19 and TREC-DL21 judged negatives, each year scored by the detector fitted on the other, "
@@ -93,33 +96,60 @@ def detectors(frame: pd.DataFrame, study: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def rule_constants(data_dir: str | Path) -> dict[str, Any]:
-    """Each fixed rule's precision on DL19 (unjudged = not relevant): suspicion.DL19_PRECISION."""
-    loaded = fn_years.load_year(Path(data_dir), "dl19")
+def rule_constants(data_dir: str | Path, year: str = "dl19") -> dict[str, Any]:
+    """Each fixed rule's precision on one TREC-DL year (unjudged = not relevant)."""
+    loaded = fn_years.load_year(Path(data_dir), year)
     grade = loaded.relevant_grade
     loaded.relevant_grade = None
     result = tdx.audit(loaded, encoder="minilm_l6", controls="none", resamples=1).result
     defaults = suspicion.SuspicionSettings()
     frame = eval_frame(result.negatives, result.records)
-    return rule_precision(frame, grade, alpha=defaults.alpha, delta=defaults.delta)
+    measured = rule_precision(frame, grade, alpha=defaults.alpha, delta=defaults.delta)
+    n_queries = int(frame["qid"].nunique())
+    return measured | {
+        "n_negatives": len(frame),
+        "n_queries": n_queries,
+        "alpha": defaults.alpha,
+        "delta": defaults.delta,
+    }
 
 
-def constants_match(measured: dict[str, Any], tol: float = 2e-3) -> bool:
-    """suspicion.DL19_PRECISION and DL19_BASE_RATE equal ``measured`` (rounded as written there). A
-    suspected count may differ by 2 (a negative on a threshold is decided by the CPU's float path)."""
-    if abs(measured["base_rate"] - suspicion.DL19_BASE_RATE) > tol:
-        return False
-    for name, kept in suspicion.DL19_PRECISION.items():
-        row = measured[name]
-        got = None if row["n_suspected"] == 0 else (row["n_suspected"], row["precision"], row["ci_low"], row["ci_high"])
-        if (kept is None) != (got is None):
+def rule_precisions(data_dir: str | Path) -> dict[str, Any]:
+    """:func:`rule_constants` of both years: ``RULES`` (what the verdict quotes, through
+    ``experiments/ship_evidence.py``)."""
+    measured = {year: rule_constants(data_dir, year) for year in fn_years.YEARS}
+    return {"script": "experiments/fit_fn_combined.py", "encoder": "all-MiniLM-L6-v2", "labels": "single, top-8"} | {
+        year: {rule: _no_nan(value) for rule, value in m.items()} for year, m in measured.items()
+    }
+
+
+def _no_nan(value: Any) -> Any:
+    """NaN (a rule that suspected nothing has no precision) as None: the file stays standard JSON."""
+    if isinstance(value, dict):
+        return {k: _no_nan(v) for k, v in value.items()}
+    return None if isinstance(value, float) and np.isnan(value) else value
+
+
+def rules_match(measured: dict[str, Any], kept: dict[str, Any], tol: float = 2e-3) -> bool:
+    """Two rule-precision records agree: base rates and precisions within ``tol``, a suspected count
+    within 2 (a negative on a threshold is decided by the CPU's float path)."""
+    for year in fn_years.YEARS:
+        a, b = measured[year], kept[year]
+        if abs(a["base_rate"] - b["base_rate"]) > tol:
             return False
-        if (
-            kept is not None
-            and got is not None
-            and (abs(kept[0] - got[0]) > 2 or not np.allclose(kept[1:], got[1:], atol=tol))
+        for name in (
+            "positive_aware",
+            "near_duplicate_positive",
+            "duplicate_positive",
+            "duplicate_negative",
+            "default_rule",
         ):
-            return False
+            x, y = a[name], b[name]
+            if abs(x["n_suspected"] - y["n_suspected"]) > 2:
+                return False
+            for key in ("precision", "ci_low", "ci_high"):
+                if (x[key] is None) != (y[key] is None) or (x[key] is not None and abs(x[key] - y[key]) > tol):
+                    return False
     return True
 
 
@@ -137,24 +167,32 @@ def same(a: Any, b: Any, atol: float = 1e-6) -> bool:
 def main(argv: list[str]) -> int:
     args = [a for a in argv if not a.startswith("--")]
     data_dir = args[0] if args else os.environ.get("TRANSFERDX_DATA_DIR", "../shared/data")
+    measured = json.loads(canonical_json(rule_precisions(data_dir)))
+    if "--rules" in argv:
+        if "--check" in argv:
+            ok = rules_match(measured, json.loads(RULES.read_text("utf-8")))
+            print("rule precisions reproduce" if ok else "rule precisions DIFFER from rule_precision.json")
+            return 0 if ok else 1
+        RULES.write_text(canonical_json(measured), encoding="utf-8")
+        print(f"wrote {RULES}")
+        return 0
     frame = frames(data_dir)
     study = fn_years.run(frame)
     fitted = detectors(frame, study)
-    measured = rule_constants(data_dir)
     print(json.dumps({"kept": study["kept"], "cleaning": fitted["cleaning"]}, indent=2))
     if "--check" in argv:
         ok_study = same(json.loads(canonical_json(study)), json.loads(RESULTS.read_text("utf-8")))
         ok_fit = same(json.loads(canonical_json(fitted)), json.loads(SHIPPED.read_text("utf-8")))
-        ok_rules = constants_match(measured)
+        ok_rules = rules_match(measured, json.loads(RULES.read_text("utf-8")))
         print("study results reproduce" if ok_study else "study results DIFFER from results.json")
         print("shipped detectors reproduce" if ok_fit else "shipped detectors DIFFER from the refit")
-        print("rule constants reproduce" if ok_rules else "rule constants DIFFER from suspicion.py")
+        print("rule precisions reproduce" if ok_rules else "rule precisions DIFFER from rule_precision.json")
         return 0 if ok_study and ok_fit and ok_rules else 1
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(canonical_json(study), encoding="utf-8")
     SHIPPED.write_text(canonical_json(fitted), encoding="utf-8")
-    print(json.dumps(measured, indent=2))
-    print(f"wrote {RESULTS} and {SHIPPED}")
+    RULES.write_text(canonical_json(measured), encoding="utf-8")
+    print(f"wrote {RESULTS}, {SHIPPED} and {RULES}")
     return 0
 
 

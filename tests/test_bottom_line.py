@@ -21,13 +21,14 @@ from transferdx.auditing.verdict import (
     Context,
     SourceFacts,
     bottom_line,
+    cleaning_evidence,
     evidence,
     judge,
     margin_mining,
     source_facts,
     verdict_lines,
 )
-from transferdx.diagnostics.suspicion import ACT_REASONS, DL19_PRECISION, HIGH_PRECISION_REASONS, MIN_PROBABILITY
+from transferdx.diagnostics.suspicion import ACT_REASONS, HIGH_PRECISION_REASONS, MIN_PROBABILITY
 
 from .conftest import REPO
 
@@ -92,7 +93,12 @@ def test_demo_bottom_line_first_and_in_one_voice(demo):
     assert n_sus > 0 and n_act == 0  # golden: bm25 has a suspect, none of high precision
     assert lines["bm25"][1] == "review the listed suspects"
     assert f"{n_sus} of {n_neg} negatives" in lines["bm25"][2]
-    assert f"precision {DL19_PRECISION['default_rule'][1]:.3f}" in lines["bm25"][2]
+    measured = evidence()["rule_precision"]["rules"]["default_rule"]  # both years, each with its base rate
+    for year, m in measured.items():
+        assert (
+            f"{m['precision']:.3f} [{m['interval'][0]:.3f}, {m['interval'][1]:.3f}] on TREC-{year.upper()}"
+            in (lines["bm25"][2])
+        )
     assert own_counts(demo, "handwritten")[1] == 0 and lines["handwritten"][1] == "use as is"
     assert f"0 of its {own_counts(demo, 'handwritten')[0]} negatives" in lines["handwritten"][2]
     # the suspect count stands next to the rule's measured precision on deep judgments
@@ -247,7 +253,8 @@ def test_bottom_line_registry_order_and_absolute_flags():
     ctx = Context(facts, "envelope", {"data": "mined.parquet"})
     action, said = bottom_line(row, ctx)
     assert action == "clean" and "10 of 400 negatives (2.5%)" in said[0] and len(said) == 1
-    assert said[0].endswith("Remove them with `transferdx-clean input=mined.parquet`.")
+    assert "Remove them with `transferdx-clean input=mined.parquet`. Measured, not assumed: " in said[0]
+    assert said[0].endswith(f"{cleaning_evidence()}.")  # what cleaning did in the package's own training test
     # the suspects left for review are a fact below the bottom line, not a second action
     j = judge(row, ctx)
     assert len(j.support) == 1 and j.support[0].startswith("30 of 400 negatives (7.5%) are suspects that default")

@@ -292,12 +292,22 @@ def answer_rows(shape: str) -> list[dict]:
         elif shape == "ntuple":
             rows.append({"anchor": q, "positive": p, **{f"negative_{j}": n for j, n in enumerate(negs, 1)}})
         elif shape == "labeled_pair":
-            rows += [{"anchor": q, "positive": p, "label": 1}, *({"anchor": q, "positive": n, "label": 0} for n in negs)]
+            rows += [
+                {"anchor": q, "positive": p, "label": 1},
+                *({"anchor": q, "positive": n, "label": 0} for n in negs),
+            ]
         elif shape == "flagembedding":
             rows.append({"query": q, "pos": [p], "neg": list(negs)})
         else:
-            rows.append({"qid": f"q{i}", "query": q, "positives": [{"id": f"p{i}", "text": p}], "negatives": list(negs),
-                         "source": "mined"})
+            rows.append(
+                {
+                    "qid": f"q{i}",
+                    "query": q,
+                    "positives": [{"id": f"p{i}", "text": p}],
+                    "negatives": list(negs),
+                    "source": "mined",
+                }
+            )
     return rows
 
 

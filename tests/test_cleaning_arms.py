@@ -66,11 +66,7 @@ def frame(probabilities: list[float]) -> pd.DataFrame:
             "fn_duplicate_negative": [False] * len(POOL),
             "fn_positive_aware": [s > 0.95 * S_QP for *_, s in POOL],
             "fn_reasons": [
-                ";".join(
-                    r
-                    for r, hit in (("positive_aware", s > 0.95 * S_QP), ("duplicate_positive", i == 1))
-                    if hit
-                )
+                ";".join(r for r, hit in (("positive_aware", s > 0.95 * S_QP), ("duplicate_positive", i == 1)) if hit)
                 for i, (*_, s) in enumerate(POOL)
             ],
             "fn_probability": probabilities,

@@ -24,8 +24,9 @@ One rule says what a suspect is (:func:`suspect_negatives`, hence ``fn_suspect``
 every count the verdict states): a checked reason holds, or ``fn_probability ≥``
 :data:`MIN_PROBABILITY` (reason ``fn_probability``, :data:`PROBABILITY_REASON`, listed after the
 others). Default cleaning acts on :data:`ACT_REASONS` (copies and near-copies of a positive, and
-``fn_probability``); the other suspects are for review. :data:`DL19_PRECISION` is each fixed
-rule's measured precision on DL19.
+``fn_probability``); the other suspects are for review. Each fixed rule's measured precision on
+TREC-DL19 and DL21 is in ``experiments/results/fn_years/rule_precision.json`` (the verdict quotes it
+from ``transferdx/auditing/evidence.json``).
 
 ``positive_aware``, ``combined`` and ``near_duplicate_positive`` need the frozen encoder
 (:data:`ENCODER_REASONS`); a lexical-only audit leaves them *unchecked* (NA), never False, and the
@@ -54,27 +55,15 @@ RULES = ("positive_aware", "combined")  # the score rule: one of them is checked
 # fn_combined.json (``cleaning``).
 MIN_PROBABILITY = float(cleaning_cut("single")["cut"])
 # Reasons default cleaning acts on whatever the probability: a copy of a positive is a false negative
-# by definition (DL19 has none, so it is not measured there); a near-copy (s(p0,n) ≥ δ) was one in
-# DL19_PRECISION["near_duplicate_positive"] of cases there (0.78, against 0.66 for positive_aware).
+# by definition (DL19 and DL21 have none, so it is not measured there); a near-copy (s(p0,n) ≥ δ) was
+# one in 0.78 of cases on DL19 and 0.60 on DL21 (against 0.66 and 0.60 for the default rule; base
+# rates 0.58 and 0.45: experiments/results/fn_years/rule_precision.json).
 HIGH_PRECISION_REASONS = ("duplicate_positive", "near_duplicate_positive")
 # fn_probability ≥ MIN_PROBABILITY makes a negative a suspect whatever the other reasons say (the same
 # name as transferdx.cleaning's reason); a suspect's reasons are joined in SUSPECT_REASONS order
 PROBABILITY_REASON = "fn_probability"
 SUSPECT_REASONS = (*REASONS, PROBABILITY_REASON)
 ACT_REASONS = (*HIGH_PRECISION_REASONS, PROBABILITY_REASON)  # what default cleaning removes
-# Measured on TREC-DL19 by fn_eval.rule_precision (α = 0.95, δ = 0.85; unjudged = not relevant;
-# experiments/fit_fn_combined.py prints it and --check re-derives it): per fixed rule, (negatives
-# suspected, precision, its 95% query-bootstrap CI); None where the rule suspected nothing there. Base
-# rate = precision of suspecting all. A rule's precision depends on the base rate; the verdict says so.
-DL19_BASE_RATE = 0.575
-DL19_PRECISION: Mapping[str, tuple[int, float, float, float] | None] = {
-    "positive_aware": (1359, 0.659, 0.563, 0.760),
-    "near_duplicate_positive": (143, 0.783, 0.522, 0.979),
-    "duplicate_positive": None,
-    "duplicate_negative": None,
-    "default_rule": (1393, 0.665, 0.570, 0.764),
-}
-DL19_WHAT = "TREC-DL19 deep judgments (2,064 negatives of 43 queries, all-MiniLM-L6-v2)"
 
 
 @dataclass(frozen=True)
