@@ -300,21 +300,19 @@ def audit_frame(records: Sequence[Record], detector: Mapping[str, Any]) -> pd.Da
 def benchmarks(data_dir: Path) -> dict[str, Any]:
     """The corpora and judged queries each model is scored on: each TREC-DL year (corpus = every
     passage of its runs) and SciFact test."""
-    from transferdx.evaluation import BeirData, load_beir_split
+    from transferdx.evaluation import load_beir_split, load_trec_dl_benchmark
 
     out: dict[str, Any] = {}
     for year, (folder, topics, qrels, results_name) in YEARS.items():
-        qs = load_trec_dl_query_set(
+        d = load_trec_dl_benchmark(
             data_dir / folder, relevant_grade=RELEVANT, topics=topics, qrels=qrels, results_name=results_name
         )
-        judgments = qs.judgments or {}
-        out[year] = BeirData(
-            year,
-            dict(qs.pool),
-            {f"{year}:{q}": t for q, t in qs.queries.items()},
-            {f"{year}:{q}": dict(judgments[q]) for q in qs.queries},
-            relevance_level=RELEVANT,
-            ignore_identical_ids=False,
+        # query ids prefixed with the year: the two years' ids could meet in one fold
+        out[year] = dataclasses.replace(
+            d,
+            name=year,
+            queries={f"{year}:{q}": t for q, t in d.queries.items()},
+            qrels={f"{year}:{q}": j for q, j in d.qrels.items()},
         )
     out["scifact"] = load_beir_split(data_dir / "beir" / "scifact", "test")
     return out

@@ -61,18 +61,29 @@ def load_beir_split(folder: str | Path, split: str = "test", max_queries: int | 
 
 
 def load_trec_dl_benchmark(
-    folder: str | Path, split: str = "test", max_queries: int | None = None, seed: int = 0, relevant_grade: int = 2
+    folder: str | Path,
+    split: str = "test",
+    max_queries: int | None = None,
+    seed: int = 0,
+    relevant_grade: int = 2,
+    topics: str = "topics.dl19-passage.txt",
+    qrels: str = "qrels.dl19-passage.txt",
+    results_name: str = "retrieve_results_dl19.json",
 ) -> BeirData:
     """TREC-DL passage retrieval (e.g. the 2019 track) as a benchmark: queries = the judged topics
     with at least one passage of grade ≥ ``relevant_grade`` among the runs' texts, corpus = every
     passage in any run of the layout (``runs/<system>/retrieve_results_*.json``), qrels = the deep
     graded judgments (nDCG@10 with grades as gains; recall and MAP count grade ≥ ``relevant_grade``,
-    the track's rule for passages). ``split`` is ignored (the track has one)."""
+    the track's rule for passages). ``split`` is ignored (the track has one). ``topics``, ``qrels`` and
+    ``results_name``: the layout's files, as :func:`~transferdx.inputs.trec_dl.load_trec_dl` takes them
+    (DL19's by default; DL21's for that year)."""
     from transferdx.inputs.reading import require_path
     from transferdx.inputs.trec_dl import load_trec_dl_query_set
 
     folder = require_path(folder, "folder")
-    qs = load_trec_dl_query_set(folder, relevant_grade=relevant_grade)
+    qs = load_trec_dl_query_set(
+        folder, relevant_grade=relevant_grade, topics=topics, qrels=qrels, results_name=results_name
+    )
     qids = benchmark_queries(list(qs.queries), max_queries, seed)
     judgments = qs.judgments or {}
     return BeirData(

@@ -318,8 +318,8 @@ def _share(k: int, n: int) -> str:
 
 
 def _precision(rule: str, full: bool = False) -> str:
-    """``precision 0.665 [0.570, 0.764] on TREC-DL19 (base rate 0.575), 0.600 [0.508, 0.688] on
-    TREC-DL21 (base rate 0.454)`` of a rule, read from :func:`evidence` (each year where it suspected
+    """``precision 0.665 [0.570, 0.764] on TREC-DL19 (base rate 0.575) and 0.600 [0.508, 0.688] on
+    TREC-DL21 (base rate 0.454) deep judgments`` of a rule, read from :func:`evidence` (each year where it suspected
     something), or that it was not measured there. ``full``: with each year's size and the encoder."""
     e = evidence()["rule_precision"]
     parts = []
