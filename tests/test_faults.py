@@ -351,6 +351,31 @@ def test_an_abandoned_scratch_folder_is_removed_by_the_next_run(tmp_path):
     assert (tmp_path / "export" / "model.bin").read_bytes() == b"x"
 
 
+def test_a_good_folder_published_meanwhile_stays_under_its_reader(tmp_path):
+    """Two jobs export one model at once (CI's SLURM sweep did): the second to finish keeps the
+    first's good folder, which a reader has open, instead of deleting it; a damaged one is replaced."""
+    target = tmp_path / "export"
+
+    def good(folder):
+        return (folder / "ok").is_file()
+
+    with atomic_folder(target, keep=good) as ours:
+        (ours / "model.xml").write_text("second")
+        target.mkdir()  # the first job publishes while we are still writing
+        (target / "model.xml").write_text("first")
+        (target / "ok").write_text("")
+        reader = open(target / "model.xml")
+    assert (target / "model.xml").read_text() == "first" and reader.read() == "first"
+    reader.close()
+    assert not list(tmp_path.glob(".export.work.*")), "our scratch copy is removed"
+    (target / "ok").unlink()  # damaged: the next export replaces it whole
+    with atomic_folder(target, keep=good) as ours:
+        (ours / "model.xml").write_text("third")
+        (ours / "ok").write_text("")
+    assert (target / "model.xml").read_text() == "third"
+    assert not list(tmp_path.glob(".export.work.*"))
+
+
 def test_claim_folder_writes_the_marker_last_and_only_on_success(tmp_path):
     """A run that fails (or is interrupted) after writing leaves .transferdx-incomplete and no
     completion marker, so a reader is warned; the next run that finishes replaces it."""

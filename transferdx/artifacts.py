@@ -12,7 +12,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -61,10 +61,12 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
 
 
 @contextmanager
-def atomic_folder(target: str | Path) -> Iterator[Path]:
-    """A fresh folder to fill, published as ``target`` (replacing any folder there) when the block
-    ends without an exception, and removed otherwise, so ``target`` is never half-written. The
-    yielded folder's parent is a private scratch folder for temporary files."""
+def atomic_folder(target: str | Path, keep: Callable[[Path], bool] | None = None) -> Iterator[Path]:
+    """A fresh folder to fill, published as ``target`` when the block ends without an exception, and
+    removed otherwise, so ``target`` is never half-written. A folder already at ``target`` is
+    replaced, unless ``keep(target)`` says it is good: then another run published the same content
+    first, ours is dropped and theirs stays, so a run reading it never sees it vanish (two jobs
+    exporting one model at once). The yielded folder's parent is a private scratch folder."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_abandoned_work(target)
@@ -75,7 +77,9 @@ def atomic_folder(target: str | Path) -> Iterator[Path]:
         folder.mkdir()
         yield folder
         if target.exists():
-            shutil.rmtree(target)
+            if keep is not None and keep(target):
+                return
+            os.replace(target, work / "replaced")  # out of the way in one step; removed with work
         os.replace(folder, target)
     finally:
         shutil.rmtree(work, ignore_errors=True)

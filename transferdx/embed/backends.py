@@ -331,7 +331,7 @@ def _export(module: Any, runtime: Runtime, target: Path) -> None:
             graph, nncf.Dataset(texts, features), model_type=nncf.ModelType.TRANSFORMER, subset_size=len(texts)
         )
     try:
-        with atomic_folder(target) as work:
+        with atomic_folder(target, keep=_verified) as work:
             ov.save_model(graph, str(work / "model.xml"), compress_to_fp16=False)  # fp16 storage would change fp32
             sums = {name: file_hash(work / name) for name in ("model.xml", "model.bin")}
             record = json.dumps({"runtime": str(runtime), "sha256": sums}, sort_keys=True)

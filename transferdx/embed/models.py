@@ -79,11 +79,16 @@ def _package_model(spec: EncoderSpec, cache_dir: Path) -> tuple[str, str]:
     return str(module.get_model_path()), spec.revision or f"{dist}=={version(dist)}"
 
 
+def _complete(folder: Path) -> bool:
+    """Whether a model folder was published whole (its ``.complete`` marker is there)."""
+    return (folder / ".complete").is_file()
+
+
 def assemble_parts(parts: Sequence[Path], target: Path) -> Path:
     """Concatenate a split zip (``parts`` in order), unzip it atomically into ``target``, and return
     the folder inside that holds ``modules.json`` (the sentence-transformers model)."""
     if not (target / ".complete").is_file():
-        with atomic_folder(target) as extracted:
+        with atomic_folder(target, keep=_complete) as extracted:
             archive = extracted.parent / "model.zip"
             with open(archive, "wb") as out:
                 for part in parts:
@@ -200,7 +205,7 @@ def static_from_transformer(folder: str | Path, target: Path, max_length: int | 
     model = SentenceTransformer(
         modules=[StaticEmbedding(tokenizer, embedding_weights=tensors[names[0]].astype("float32"))], device="cpu"
     )
-    with atomic_folder(target) as folder:
+    with atomic_folder(target, keep=_complete) as folder:
         model.save(str(folder))
         (folder / ".complete").write_text("ok\n")
     return target
