@@ -23,8 +23,15 @@ prints the vectors' share (distinct texts × d × 4 bytes) and the lexical audit
 same file, so the semantic stage's own working set can be read off. Goal: 5M negatives over 1M
 passages within 8 GB.
 
+``--shards N`` (with ``--semantic``) also audits each file in N shards (issue 35): N map tasks, each
+a fresh subprocess on its own (cold) cache folder shared by the maps, then the reduce in another;
+it prints, beside the one-process audit, the largest map's peak RSS and wall, the maps' summed wall
+(one machine) and the reduce's peak and wall, and checks that the reduce wrote the one-process
+bytes (HashEncoder's vectors do not depend on the batch, so here the caches may differ).
+
     python benchmarks/bench_scale.py [--scales 2500,10000,25000] [--sources 14] [--k 8]
     python benchmarks/bench_scale.py --semantic 100000,1000000,5000000
+    python benchmarks/bench_scale.py --semantic 100000,1000000 --shards 8 --no-lexical
 """
 
 from __future__ import annotations
@@ -101,26 +108,44 @@ def write_semantic(folder: Path, n_negatives: int, seed: int = 0) -> dict[str, i
     return {"records": per_source * SEM_SOURCES, "negatives": n_neg, "passages": len(used)}
 
 
-def semantic_child(folder: str, lexical: bool) -> None:
+def semantic_child(folder: str, lexical: bool, shard: str | None = None) -> None:
     """Runs in the measured subprocess: the public audit of ``folder`` (with :class:`HashEncoder`
-    unless ``lexical``), artifacts written beside it."""
+    unless ``lexical``), artifacts written beside it. ``shard`` = ``"i/N"``: map task i of N only
+    (cache ``folder/cache-sharded``); ``"reduce/N"``: the reduce of those maps (artifacts in
+    ``out-sharded``)."""
     import dataclasses
 
     import transferdx as tdx
     from transferdx.auditing.core import SemanticSettings
     from transferdx.diagnostics.composite import CompositeSettings
     from transferdx.embed import EmbeddingCache, EncoderSpec
+    from transferdx.pipeline.sharding import ShardSettings, run_stage
 
     t0, c0 = time.perf_counter(), time.process_time()
     encoder = None
     semantic = None
+    cache = Path(folder) / ("cache-sharded" if shard else "cache")
     if not lexical:
         spec = EncoderSpec(name="hash384", model="memory:hash384", source="memory", revision="hash384")
         model = HashEncoder()
-        encoder = EmbeddingCache(spec, Path(folder) / "cache", progress=False, model_factory=lambda _l, _s: model)
+        encoder = EmbeddingCache(spec, cache, progress=False, model_factory=lambda _l, _s: model)
         semantic = SemanticSettings(composite=dataclasses.replace(CompositeSettings(), resamples=0))
-    result = tdx.audit(folder, encoder=encoder, controls="none", **({"semantic": semantic} if semantic else {}))
-    result.save(Path(folder) / ("out-lexical" if lexical else "out"))
+    kw = {"semantic": semantic} if semantic else {}
+    if shard is None:
+        result = tdx.audit(folder, encoder=encoder, controls="none", **kw)
+        result.save(Path(folder) / ("out-lexical" if lexical else "out"))
+    else:
+        which, n = shard.split("/")
+        prepared = tdx.pipeline.prepare_audit(folder, encoder=encoder, controls="none", **kw)
+        stage = ShardSettings(shards=int(n), stage="reduce" if which == "reduce" else "map", cache_dir=cache)
+        stage = dataclasses.replace(stage, shard=None if which == "reduce" else int(which))
+        result = run_stage(prepared, stage)
+        if isinstance(result, dict):
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            print(json.dumps({"wall_s": wall, "cpu_s": cpu, "peak_mb": peak_kb / 1024, "negatives_audited": 0}))
+            return
+        result.save(Path(folder) / "out-sharded")
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(
@@ -138,10 +163,35 @@ def run_child(args: list[str]) -> dict[str, float]:
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
-def semantic_main(scales: list[int], with_lexical: bool, json_path: str | None) -> None:
+def sharded(tmp: str, shards: int) -> dict[str, float]:
+    """The maps (one subprocess each, in turn) and the reduce of a ``shards``-way audit of ``tmp``;
+    the reduce's artifacts must be the one-process audit's bytes."""
+    maps = [run_child(["--semantic-child", tmp, "--shard", f"{i}/{shards}"]) for i in range(shards)]
+    reduce = run_child(["--semantic-child", tmp, "--shard", f"reduce/{shards}"])
+    for name in ("profile.csv", "records.csv", "negatives.csv", "suspects.csv"):
+        if (Path(tmp) / "out" / name).read_bytes() != (Path(tmp) / "out-sharded" / name).read_bytes():
+            raise SystemExit(f"the {shards}-shard audit's {name} differs from the one-process audit's")
+    return {
+        "map_peak_mb": max(m["peak_mb"] for m in maps),
+        "map_wall_max_s": max(m["wall_s"] for m in maps),
+        "map_wall_sum_s": sum(m["wall_s"] for m in maps),
+        "reduce_peak_mb": reduce["peak_mb"],
+        "reduce_wall_s": reduce["wall_s"],
+    }
+
+
+SHARD_HEAD = f" | {{shards}} shards: {'map peak':>8} {'map wall':>8} {'maps Σ':>8} {'reduce peak':>11} {'reduce':>8}"
+
+
+def semantic_main(scales: list[int], with_lexical: bool, json_path: str | None, shards: int = 0) -> None:
     print(
         f"{'negatives':>10} {'records':>8} {'passages':>9} {'vectors':>8} {'peak RSS':>9} {'wall':>8} {'cpu':>8}"
         f" {'lexical peak':>12}"
+        + (
+            f" | {shards} shards: {'map peak':>8} {'map wall':>8} {'maps Σ':>8} {'reduce peak':>11} {'reduce':>8}"
+            if shards
+            else ""
+        )
     )
     rows = []
     for n in scales:
@@ -149,16 +199,25 @@ def semantic_main(scales: list[int], with_lexical: bool, json_path: str | None) 
             counts = write_semantic(Path(tmp), n)
             out = run_child(["--semantic-child", tmp])
             lex = run_child(["--semantic-child", tmp, "--lexical"]) if with_lexical else None
+            shard = sharded(tmp, shards) if shards else None
         if out["negatives_audited"] != counts["negatives"]:
             raise SystemExit(f"audited {out['negatives_audited']} negatives, wrote {counts['negatives']}")
         distinct = counts["passages"] + counts["records"]  # passages and queries, each one vector
         vectors_gb = distinct * SEM_DIM * 4 / 2**30
         row = {**counts, "vectors_gb": vectors_gb, **out, "lexical_peak_mb": lex["peak_mb"] if lex else None}
+        row |= {"shards": shards, **shard} if shard else {}
         rows.append(row)
         lex_text = f"{lex['peak_mb'] / 1024:>9.2f} GB" if lex else f"{'-':>12}"
+        shard_text = (
+            f" | {'':>{len(str(shards)) + 8}} {shard['map_peak_mb'] / 1024:>5.2f} GB {shard['map_wall_max_s']:>6.1f} s "
+            f"{shard['map_wall_sum_s']:>6.1f} s {shard['reduce_peak_mb'] / 1024:>8.2f} GB "
+            f"{shard['reduce_wall_s']:>6.1f} s"
+            if shard
+            else ""
+        )
         print(
             f"{counts['negatives']:>10,} {counts['records']:>8,} {counts['passages']:>9,} {vectors_gb:>6.2f} GB "
-            f"{out['peak_mb'] / 1024:>6.2f} GB {out['wall_s']:>6.1f} s {out['cpu_s']:>6.1f} s {lex_text}",
+            f"{out['peak_mb'] / 1024:>6.2f} GB {out['wall_s']:>6.1f} s {out['cpu_s']:>6.1f} s {lex_text}{shard_text}",
             flush=True,
         )
     if json_path:
@@ -248,6 +307,8 @@ def main() -> None:
     parser.add_argument("--semantic", help="negatives per scale for the semantic audit, comma-separated")
     parser.add_argument("--no-lexical", action="store_true", help="--semantic: skip the lexical audit of each file")
     parser.add_argument("--json", help="--semantic: also write the rows here")
+    parser.add_argument("--shards", type=int, default=0, help="--semantic: also audit each file in this many shards")
+    parser.add_argument("--shard", help=argparse.SUPPRESS)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--semantic-child", help=argparse.SUPPRESS)
     parser.add_argument("--lexical", action="store_true", help=argparse.SUPPRESS)
@@ -256,10 +317,10 @@ def main() -> None:
         child(args.child)
         return
     if args.semantic_child:
-        semantic_child(args.semantic_child, args.lexical)
+        semantic_child(args.semantic_child, args.lexical, args.shard)
         return
     if args.semantic:
-        semantic_main([int(x) for x in args.semantic.split(",")], not args.no_lexical, args.json)
+        semantic_main([int(x) for x in args.semantic.split(",")], not args.no_lexical, args.json, args.shards)
         return
 
     print(f"{'records':>9} {'negatives':>10} {'passages':>9} {'peak RSS':>10} {'wall':>8} {'cpu':>8}")

@@ -1,7 +1,8 @@
 """The cluster launcher for real: a ``transferdx-train -m hydra/launcher=submitit_slurm`` sweep on a
 SLURM cluster (``bash scripts/slurm_localhost.sh`` starts a one-node one on this machine). Two tiny
 backbones × two sources: every run finishes, a re-submission trains nothing, and the models equal
-those of the same sweep under the basic (in-process) launcher, bit for bit.
+those of the same sweep under the basic (in-process) launcher, bit for bit. And a sharded audit
+(``transferdx-audit audit.shards=3``) whose map tasks run as a SLURM array writes the one-process bytes.
 
 Threads: torch's CPU kernels sum in an order that depends on the thread count (1 thread against 2
 moves these weights by up to ~2e-9), and a SLURM job may see fewer CPUs than the submitting shell
@@ -198,3 +199,23 @@ def test_slurm_models_equal_the_basic_launchers(sweeps):
             for d in (slurm_dir, local_dir)
         ]
         assert losses[0] == losses[1] and len(losses[0]) == 2, (key, losses)
+
+
+def test_a_sharded_audit_on_slurm_writes_the_one_process_bytes(tmp_path):
+    """``transferdx-audit audit.shards=3 hydra/launcher=submitit_slurm``: the three map tasks go to
+    SLURM as one array job (every task COMPLETED), the reduce runs here; the one-process audit on the
+    cache they filled writes the same bytes (issue 35)."""
+    cache = tmp_path / "cache"
+    common = ["bootstrap.resamples=50", "backbone.backend=torch", f"paths.cache_dir={cache}"]
+    env = {**THREADS, "TRANSFERDX_CACHE_DIR": str(cache)}
+    run_cli("audit", *common, "audit.shards=3", *SLURM, f"output_dir={tmp_path / 'sharded'}", timeout=TIMEOUT, **env)
+    sweep = next((cache / "audit-shards").glob("*/sweep"))
+    jobs = {m.group(1) for p in (sweep / ".submitit").iterdir() if (m := re.fullmatch(r"(\d+)_\d+", p.name))}
+    assert len(jobs) == 1, jobs
+    assert job_states(jobs.pop()) == dict.fromkeys(("0", "1", "2"), "COMPLETED")
+    reduce = json.loads((sweep.parent / "reduce.json").read_text())
+    assert reduce["reduce_encoded_texts"] == 0 and sum(m["encoded_texts"] for m in reduce["markers"]) > 0
+    run_cli("audit", *common, f"output_dir={tmp_path / 'one'}", **env)
+    names = ("profile.csv", "profile.json", "records.csv", "negatives.csv", "suspects.csv", "report.md")
+    for name in names:
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "sharded" / name).read_bytes(), name

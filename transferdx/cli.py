@@ -28,11 +28,13 @@ def run_audit(cfg: DictConfig) -> Path:
     from transferdx import config as c
     from transferdx import pipeline as p
 
-    started, out, encoder = time.perf_counter(), Path(cfg.output_dir), c.build_encoder(cfg)
-    options = c.audit_options(cfg)
-    loaded = p.load_inputs(c.input_settings(cfg), encoder)
+    started, out, options = time.perf_counter(), Path(cfg.output_dir), c.audit_options(cfg)
+    loaded = p.load_inputs(c.input_settings(cfg), encoder := c.build_encoder(cfg))
     p.require_records(loaded, options.label, out)
-    result = p.audit(loaded, options, encoder=encoder if options.semantic else None, controls=c.self_controls(cfg))
+    kept = encoder if options.semantic else None
+    prepared = p.prepare_audit(loaded, options, encoder=kept, controls=c.self_controls(cfg))
+    if isinstance(result := p.run_stage(prepared, c.shard_settings(cfg)), dict):  # one map task: its marker
+        return print(p.shard_line(result)) or out
     result.save(out)
     print(result.summary())
     catch, flags = result.catch_rate, result.flags

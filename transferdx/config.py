@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from transferdx.diagnostics.suspicion import SuspicionSettings
     from transferdx.embed import EmbeddingCache, EncoderSpec
     from transferdx.pipeline.settings import AnalysisSettings, AuditOptions, BenchmarkSettings, InputSettings
+    from transferdx.pipeline.sharding import ShardSettings
     from transferdx.training import TrainSettings
 
 __all__ = ["config_dir"]
@@ -450,3 +451,27 @@ def study_call(cfg: DictConfig) -> dict[str, Any]:
         "artifact_dir": str(cfg.paths.artifact_dir),
         "cache_dir": str(cfg.paths.cache_dir),
     }
+
+
+def shard_settings(cfg: DictConfig) -> ShardSettings:
+    """``audit.shards``, ``audit.stage``, ``audit.shard``; for ``stage: all`` over several shards, the
+    maps go through the run's own ``hydra/launcher`` choice and settings
+    (:func:`~transferdx.pipeline.sharding.hydra_map_runner`)."""
+    from transferdx.pipeline.sharding import ShardSettings, hydra_map_runner
+
+    block = cfg.get("audit") or {}
+    shard = block.get("shard")
+    s = ShardSettings(
+        shards=int(block.get("shards", 1)),
+        stage=str(block.get("stage", "all")),
+        shard=None if shard is None else int(shard),
+        cache_dir=str(cfg.paths.cache_dir),
+    )
+    if s.shards > 1 and s.stage == "all":
+        from hydra.core.hydra_config import HydraConfig
+
+        hc = HydraConfig.get()
+        launcher = str(hc.runtime.choices.get("hydra/launcher", "basic"))
+        runner = hydra_map_runner(list(hc.overrides.task), list(hc.overrides.hydra), launcher)
+        s = dataclasses.replace(s, run_maps=runner)
+    return s

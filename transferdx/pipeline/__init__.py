@@ -34,7 +34,16 @@ from transferdx.pipeline.analysing import (
     write_matching,
     write_validation,
 )
-from transferdx.pipeline.auditing import audit, no_records_message, portable_label, recorded_settings, require_records
+from transferdx.pipeline.auditing import (
+    PreparedAudit,
+    audit,
+    audit_prepared,
+    no_records_message,
+    portable_label,
+    prepare_audit,
+    recorded_settings,
+    require_records,
+)
 from transferdx.pipeline.cleaning import clean
 from transferdx.pipeline.encoders import EncoderLike, encoder_spec, make_encoder, make_tokenizer
 from transferdx.pipeline.evaluating import benchmark_datasets, evaluate
@@ -58,6 +67,7 @@ from transferdx.pipeline.settings import (
     BenchmarkSettings,
     InputSettings,
 )
+from transferdx.pipeline.sharding import ShardSettings, audit_shard, audit_sharded, run_stage, shard_line, shard_of
 from transferdx.pipeline.studying import StudyResult, study, training_plan, training_seeds
 from transferdx.pipeline.training import train
 from transferdx.training import TrainSettings
@@ -74,13 +84,18 @@ __all__ = [
     "FlagSettings",
     "InputError",
     "InputSettings",
+    "PreparedAudit",
     "SemanticSettings",
+    "ShardSettings",
     "StudyData",
     "StudyResult",
     "TrainSettings",
     "agree",
     "as_studies",
     "audit",
+    "audit_prepared",
+    "audit_shard",
+    "audit_sharded",
     "benchmark_datasets",
     "build_inputs",
     "build_sources",
@@ -95,11 +110,15 @@ __all__ = [
     "match",
     "no_records_message",
     "portable_label",
+    "prepare_audit",
     "read_studies",
     "recorded_settings",
     "records_as_source",
     "render_tables",
     "require_records",
+    "run_stage",
+    "shard_line",
+    "shard_of",
     "source_records",
     "study",
     "train",

@@ -74,7 +74,20 @@ def recorded_settings(options: AuditOptions, encoder: EmbeddingCache | None, sam
     return settings
 
 
-def audit(
+@dataclasses.dataclass(frozen=True)
+class PreparedAudit:
+    """What an audit runs on, after loading and before any statistic: the records (sampled, with the
+    controls built from the input), the options, the frozen encoder's cache and the settings the
+    artifacts record. :func:`audit` is :func:`prepare_audit` then :func:`audit_prepared`; a sharded
+    audit (:mod:`transferdx.pipeline.sharding`) prepares once per task and shares the rest."""
+
+    loaded: LoadResult
+    options: AuditOptions
+    encoder: EmbeddingCache | None
+    settings: dict[str, Any]
+
+
+def prepare_audit(
     records: str | Path | LoadResult | Sequence[Record] | Any,
     options: AuditOptions | None = None,
     *,
@@ -82,15 +95,9 @@ def audit(
     cache_dir: str | Path | None = None,
     controls: str | Sequence[str] = "auto",
     **overrides: Any,
-) -> Audit:
-    """Audit every source in ``records`` (anything :func:`load` takes): ψ always, the frozen-encoder
-    statistics when ``encoder`` is given (a preset name, folder, hub id or loaded
-    ``SentenceTransformer``; ``None`` for lexical only). Keyword ``overrides`` set
-    :class:`AuditOptions` fields, e.g. ``audit(path, tokenizer="whitespace", seed=1)``.
-
-    ``controls``: sources with known defects built from the input's own passages and audited
-    alongside, so that even one file gets a verdict: ``"auto"`` (all eight when there are fewer than
-    two genuine sources or no control), ``"all"``, a list of names, or ``"none"``."""
+) -> PreparedAudit:
+    """Load ``records``, sample the queries, build the controls: everything :func:`audit` does
+    before the statistics (arguments as :func:`audit`'s)."""
     options = dataclasses.replace(options or AuditOptions(), **overrides)
     if options.label is None and isinstance(records, (str, Path)):
         options = dataclasses.replace(options, label=str(records))
@@ -100,7 +107,13 @@ def audit(
     loaded, sampled_out = sample_queries(loaded, options.sample_fraction, options.seed)
     cache = make_encoder(encoder, cache_dir) if options.semantic is not None else None
     loaded, built = with_self_controls(loaded, controls, kinds=options.kinds, encoder=cache, seed=options.seed)
-    settings = recorded_settings(options, cache, sampled_out) | built
+    return PreparedAudit(loaded, options, cache, recorded_settings(options, cache, sampled_out) | built)
+
+
+def audit_prepared(prepared: PreparedAudit) -> Audit:
+    """The audit of a :class:`PreparedAudit`: ψ always, the frozen-encoder statistics when it has an
+    encoder (vectors the cache holds are read, the rest encoded)."""
+    loaded, options, cache, settings = prepared.loaded, prepared.options, prepared.encoder, prepared.settings
     result = audit_records(
         loaded,
         make_tokenizer(options.tokenizer, **options.tokenizer_options),
@@ -117,3 +130,26 @@ def audit(
     )
     texts = {(r.source, r.qid): r for r in loaded.records}
     return Audit(result, settings, texts, input_path=options.label)
+
+
+def audit(
+    records: str | Path | LoadResult | Sequence[Record] | Any,
+    options: AuditOptions | None = None,
+    *,
+    encoder: EncoderLike | None = "minilm_l6",
+    cache_dir: str | Path | None = None,
+    controls: str | Sequence[str] = "auto",
+    **overrides: Any,
+) -> Audit:
+    """Audit every source in ``records`` (anything :func:`load` takes): ψ always, the frozen-encoder
+    statistics when ``encoder`` is given (a preset name, folder, hub id or loaded
+    ``SentenceTransformer``; ``None`` for lexical only). Keyword ``overrides`` set
+    :class:`AuditOptions` fields, e.g. ``audit(path, tokenizer="whitespace", seed=1)``.
+
+    ``controls``: sources with known defects built from the input's own passages and audited
+    alongside, so that even one file gets a verdict: ``"auto"`` (all eight when there are fewer than
+    two genuine sources or no control), ``"all"``, a list of names, or ``"none"``.
+
+    Too big for one machine: :func:`transferdx.pipeline.sharding.audit_sharded` (the same bytes)."""
+    prepared = prepare_audit(records, options, encoder=encoder, cache_dir=cache_dir, controls=controls, **overrides)
+    return audit_prepared(prepared)

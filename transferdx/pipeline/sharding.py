@@ -1,0 +1,336 @@
+"""The sharded audit: the frozen encoder's work split over tasks, the statistics computed once.
+
+A collection too big for one machine's encoder time is audited in N shards: a record goes to shard
+:func:`shard_of` (a stable hash of its query id, so a query's records of every source, its controls
+included, share one shard and no record straddles two). Each **map** task (:func:`audit_shard`)
+loads the input as the one-process audit does, keeps its shard's records and encodes their texts
+(queries; positives[0] and negatives; shard 0 also the background sample) into the content-addressed
+embedding cache that every task shares; it then leaves a marker (``shard-<i>-of-<N>.json``: the
+digest of its records, counts, encoded texts, seconds, peak memory) in the plan's folder,
+``<cache_dir>/audit-shards/<plan key>/``. The **reduce** (:func:`reduce_shards`) checks that every
+shard's marker is there and matches the records it loads, then runs the one-process audit
+(:func:`~transferdx.pipeline.auditing.audit_prepared`) on the cache the maps filled: it encodes
+nothing, and its artifacts are the one-process audit's bytes, whatever N, because it *is* the
+one-process computation on the same vectors (tests: DL19 and a sentence-transformers file in 1, 3
+and 4 shards). A re-submission runs only the shards without a valid marker; a map killed mid-run
+keeps the cache chunks it flushed, so its rerun encodes only the rest.
+
+What is sharded is the encoder, the part of a semantic audit that grows with the collection and needs
+an accelerator (measured shares: docs/benchmarks.md). The statistics (ψ's tokenisation, the
+per-negative scores, the bootstrap) still run in the reduce over the whole collection; splitting
+them into per-shard sufficient statistics is the next step (issue 35).
+
+:func:`audit_sharded` runs map and reduce from Python (the maps in this process, or through the
+``run_maps`` callable given); ``transferdx-audit audit.shards=N`` does the same from the command
+line, the maps through the Hydra launcher chosen (``hydra/launcher=joblib|submitit_local|
+submitit_slurm``; :func:`hydra_map_runner`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from transferdx.artifacts import atomic_write_text, canonical_json, content_hash
+from transferdx.auditing.core import background_texts
+from transferdx.auditing.result import Audit
+from transferdx.embed.cache import text_key
+from transferdx.inputs.records import Record
+from transferdx.pipeline.auditing import PreparedAudit, audit_prepared, prepare_audit
+from transferdx.pipeline.encoders import EncoderLike
+from transferdx.pipeline.settings import AuditOptions
+from transferdx.presets import default_cache_dir
+
+PLAN_DIR = "audit-shards"
+MARKER_VERSION = 1
+
+
+def shard_of(qid: str, shards: int) -> int:
+    """The shard (0 … shards − 1) of query id ``qid``: the first 8 bytes of SHA-256(qid as UTF-8),
+    big-endian, modulo ``shards``. Stable across runs, machines and Python versions."""
+    if shards < 1:
+        raise ValueError(f"shards must be ≥ 1, got {shards}")
+    return int.from_bytes(hashlib.sha256(str(qid).encode("utf-8")).digest()[:8], "big") % shards
+
+
+def shard_records(records: Sequence[Record], shard: int, shards: int) -> list[Record]:
+    """The records of shard ``shard`` (all sources, controls included), in input order."""
+    if not 0 <= shard < shards:
+        raise ValueError(f"shard must be in 0 … {shards - 1}, got {shard}")
+    return [r for r in records if shard_of(r.qid, shards) == shard]
+
+
+def records_digest(records: Sequence[Record]) -> str:
+    """sha256 over what a shard encodes and audits: each record's source, kind, qid and the keys of
+    its query, positives and negatives, in (source, qid) order."""
+    rows = sorted(
+        (
+            r.source,
+            r.qid,
+            r.kind,
+            text_key(r.query).hex(),
+            [text_key(p.text).hex() for p in r.positives],
+            [[n.id, text_key(n.text).hex()] for n in r.negatives],
+        )
+        for r in records
+    )
+    return content_hash(rows)
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardPlan:
+    """Where the shards of one audit keep their markers: ``folder`` = ``<cache>/audit-shards/<key>``,
+    the key a hash of the audit's recorded settings, the encoder's identity and N."""
+
+    folder: Path
+    shards: int
+
+    def marker(self, shard: int) -> Path:
+        return self.folder / f"shard-{shard:04d}-of-{self.shards:04d}.json"
+
+    def done(self, shard: int, digest: str) -> dict[str, Any] | None:
+        """The marker of ``shard`` when it is there, readable and for records with ``digest``."""
+        try:
+            record = json.loads(self.marker(shard).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        ok = isinstance(record, dict) and record.get("digest") == digest and record.get("version") == MARKER_VERSION
+        return record if ok else None
+
+
+def shard_plan(prepared: PreparedAudit, shards: int, cache_dir: str | Path | None = None) -> ShardPlan:
+    """The plan of a ``shards``-way audit of ``prepared`` (markers beside the embedding cache)."""
+    if shards < 1:
+        raise ValueError(f"audit.shards must be ≥ 1, got {shards}")
+    if prepared.options.semantic is not None and prepared.options.semantic.in_batch:
+        raise ValueError(
+            "a sharded audit cannot score the in-batch loss (its batches mix queries of every shard): "
+            "set diagnostics.in_batch=false or audit.shards=1"
+        )
+    root = Path(prepared.encoder.cache_dir) if prepared.encoder is not None else Path(cache_dir or default_cache_dir())
+    scorer = prepared.encoder.scorer() if prepared.encoder is not None else None
+    key = content_hash(prepared.settings, scorer, shards)[:20]
+    return ShardPlan(root / PLAN_DIR / key, shards)
+
+
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def encode_shard(prepared: PreparedAudit, plan: ShardPlan, shard: int) -> dict[str, Any]:
+    """The map of shard ``shard``: encode its records' texts into the shared cache (nothing when the
+    audit is lexical) and write its marker. A shard whose marker matches its records is not run
+    again (returned as it is, with ``"reused": true``)."""
+    started = time.perf_counter()
+    records = shard_records(prepared.loaded.records, shard, plan.shards)
+    digest = records_digest(records)
+    if (done := plan.done(shard, digest)) is not None:
+        return {**done, "reused": True}
+    cache = prepared.encoder
+    queries: list[str] = []
+    passages: list[str] = []
+    before = cache.encoded_texts if cache is not None else 0
+    if cache is not None and records:
+        queries = list(dict.fromkeys(r.query for r in records))
+        negatives = [n.text for r in records for n in r.negatives]
+        passages = list(dict.fromkeys([r.positives[0].text for r in records] + negatives))
+        cache.embed(queries, "query")
+        cache.embed(passages, "passage")
+    if cache is not None and shard == 0:  # the background sample is drawn from the whole pool
+        semantic = prepared.options.semantic
+        size = semantic.background_size if semantic is not None else 0
+        cache.embed(background_texts(prepared.loaded.records, size, prepared.options.seed), "passage")
+    record = {
+        "version": MARKER_VERSION,
+        "shard": shard,
+        "shards": plan.shards,
+        "digest": digest,
+        "records": len(records),
+        "negatives": sum(len(r.negatives) for r in records),
+        "queries": len(queries),
+        "passages": len(passages),
+        "encoded_texts": (cache.encoded_texts - before) if cache is not None else 0,
+        "seconds": round(time.perf_counter() - started, 3),
+        "peak_mb": round(_peak_mb(), 1),
+        "host": os.uname().nodename,
+    }
+    atomic_write_text(plan.marker(shard), canonical_json(record))
+    return {**record, "reused": False}
+
+
+def missing_shards(prepared: PreparedAudit, plan: ShardPlan) -> list[int]:
+    """The shards without a marker that matches their records (to run, or to rerun)."""
+    by_shard: list[list[Record]] = [[] for _ in range(plan.shards)]
+    for r in prepared.loaded.records:
+        by_shard[shard_of(r.qid, plan.shards)].append(r)
+    return [i for i, recs in enumerate(by_shard) if plan.done(i, records_digest(recs)) is None]
+
+
+class ShardsIncomplete(ValueError):
+    """The reduce found shards without a valid marker (not run, killed, or run on other records)."""
+
+
+def reduce_shards(prepared: PreparedAudit, plan: ShardPlan) -> Audit:
+    """The reduce: every shard's marker must match its records (else :class:`ShardsIncomplete`
+    naming the missing ones and how to run them); then the one-process audit on the filled cache.
+    A summary (``reduce.json``: shards, texts the reduce encoded, seconds, peak memory) is written
+    beside the markers, not among the artifacts, so that those stay the one-process bytes."""
+    missing = missing_shards(prepared, plan)
+    if missing:
+        shown = ",".join(map(str, missing[:20])) + (",…" if len(missing) > 20 else "")
+        raise ShardsIncomplete(
+            f"{len(missing)} of {plan.shards} shards have not finished (no valid marker in {plan.folder}): "
+            f"{shown}; run them with transferdx-audit -m audit.stage=map audit.shards={plan.shards} "
+            f"audit.shard={shown} (same options), or audit.stage=all"
+        )
+    started = time.perf_counter()
+    cache = prepared.encoder
+    before = cache.encoded_texts if cache is not None else 0
+    result = audit_prepared(prepared)
+    summary = {
+        "shards": plan.shards,
+        "reduce_encoded_texts": (cache.encoded_texts - before) if cache is not None else 0,
+        "reduce_seconds": round(time.perf_counter() - started, 3),
+        "reduce_peak_mb": round(_peak_mb(), 1),
+        "markers": [json.loads(plan.marker(i).read_text(encoding="utf-8")) for i in range(plan.shards)],
+    }
+    atomic_write_text(plan.folder / "reduce.json", canonical_json(summary))
+    return result
+
+
+def shard_line(marker: dict[str, Any]) -> str:
+    """One line on a map task: its shard, records, negatives, texts encoded, time (or that it was done)."""
+    head = f"shard {marker['shard']} of {marker['shards']}: {marker['records']} records"
+    head += f", {marker['negatives']} negatives"
+    if marker.get("reused"):
+        return f"{head}; already done ({marker['encoded_texts']} texts encoded then), nothing to do"
+    return f"{head}; {marker['encoded_texts']} texts encoded, {marker['seconds']:.1f}s, peak {marker['peak_mb']:.0f} MB"
+
+
+MapRunner = Callable[[PreparedAudit, ShardPlan, list[int]], None]
+
+
+def run_maps_here(prepared: PreparedAudit, plan: ShardPlan, shards: list[int]) -> None:
+    """Run the map tasks ``shards`` one after another in this process."""
+    for shard in shards:
+        encode_shard(prepared, plan, shard)
+
+
+def audit_shard(
+    records: Any,
+    options: AuditOptions | None = None,
+    *,
+    shard: int,
+    shards: int,
+    encoder: EncoderLike | None = "minilm_l6",
+    cache_dir: str | Path | None = None,
+    controls: str | Sequence[str] = "auto",
+    **overrides: Any,
+) -> dict[str, Any]:
+    """One map task (e.g. one SLURM array task): prepare as :func:`~transferdx.pipeline.auditing.audit`
+    does, encode shard ``shard`` of ``shards``; returns its marker (``"reused": true`` when it was
+    already done)."""
+    prepared = prepare_audit(records, options, encoder=encoder, cache_dir=cache_dir, controls=controls, **overrides)
+    return encode_shard(prepared, shard_plan(prepared, shards, cache_dir), shard)
+
+
+def audit_sharded(
+    records: Any,
+    options: AuditOptions | None = None,
+    *,
+    shards: int,
+    encoder: EncoderLike | None = "minilm_l6",
+    cache_dir: str | Path | None = None,
+    controls: str | Sequence[str] = "auto",
+    run_maps: MapRunner = run_maps_here,
+    **overrides: Any,
+) -> Audit:
+    """The audit of :func:`~transferdx.pipeline.auditing.audit` in ``shards`` map tasks and one
+    reduce: the shards without a valid marker go to ``run_maps`` (default: this process, one after
+    another), then :func:`reduce_shards`. Same arguments and the same result as ``audit``."""
+    prepared = prepare_audit(records, options, encoder=encoder, cache_dir=cache_dir, controls=controls, **overrides)
+    plan = shard_plan(prepared, shards, cache_dir)
+    if missing := missing_shards(prepared, plan):
+        run_maps(prepared, plan, missing)
+    return reduce_shards(prepared, plan)
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardSettings:
+    """How an audit is split: ``shards`` (1: the one-process audit), ``stage`` (``all``: the maps
+    still missing, through ``run_maps``, then the reduce; ``map``: shard ``shard`` only; ``reduce``:
+    the reduce only), and the cache folder that keeps a lexical audit's markers."""
+
+    shards: int = 1
+    stage: str = "all"
+    shard: int | None = None
+    run_maps: MapRunner = run_maps_here
+    cache_dir: str | Path | None = None
+
+
+def _stage_all(prepared: PreparedAudit, plan: ShardPlan, s: ShardSettings) -> Audit:
+    if missing := missing_shards(prepared, plan):
+        s.run_maps(prepared, plan, missing)
+    return reduce_shards(prepared, plan)
+
+
+def _stage_map(prepared: PreparedAudit, plan: ShardPlan, s: ShardSettings) -> dict[str, Any]:
+    if s.shard is None:
+        raise ValueError(f"audit.stage=map runs one shard: give audit.shard=0…{plan.shards - 1} (or a list with -m)")
+    return encode_shard(prepared, plan, int(s.shard))
+
+
+STAGES: dict[str, Callable[[PreparedAudit, ShardPlan, ShardSettings], Audit | dict[str, Any]]] = {
+    "all": _stage_all,
+    "map": _stage_map,
+    "reduce": lambda prepared, plan, s: reduce_shards(prepared, plan),
+}
+
+
+def run_stage(prepared: PreparedAudit, s: ShardSettings) -> Audit | dict[str, Any]:
+    """One stage of an audit of ``prepared`` split as ``s`` says: the audit (``all``, ``reduce``) or
+    the map's marker (``map``). One shard and ``all`` is the one-process audit, with no markers."""
+    if s.stage not in STAGES:
+        raise ValueError(f"audit.stage must be one of {sorted(STAGES)}, got {s.stage!r}")
+    if s.shards == 1 and s.stage == "all":
+        return audit_prepared(prepared)
+    return STAGES[s.stage](prepared, shard_plan(prepared, s.shards, s.cache_dir), s)
+
+
+def hydra_map_runner(task_overrides: Sequence[str], hydra_overrides: Sequence[str], launcher: str) -> MapRunner:
+    """Map tasks through a Hydra launcher: ``transferdx-audit -m audit.stage=map audit.shard=<the
+    missing ones>`` with the run's own overrides and its ``hydra/launcher`` choice and settings (the
+    basic launcher runs them here, in this process). The sweep's folder is ``<plan>/sweep``."""
+    kept = ("hydra/launcher=", "hydra.launcher.", "hydra.searchpath")
+    launcher_args = [o for o in hydra_overrides if o.startswith(kept)]
+    dropped = ("audit.stage", "audit.shard", "output_dir")  # each map's own; no map writes artifacts
+    own = [o for o in task_overrides if o.split("=", 1)[0].lstrip("+~") not in dropped]
+
+    def run(prepared: PreparedAudit, plan: ShardPlan, shards: list[int]) -> None:
+        if launcher == "basic":
+            run_maps_here(prepared, plan, shards)
+            return
+        args = [
+            sys.executable,
+            "-m",
+            "transferdx.cli",
+            "-m",
+            *own,
+            *launcher_args,
+            "audit.stage=map",
+            f"audit.shard={','.join(map(str, shards))}",
+            f"hydra.sweep.dir={plan.folder / 'sweep'}",
+        ]
+        done = subprocess.run(args, check=False)
+        if done.returncode != 0:
+            raise ShardsIncomplete(f"the map sweep ({launcher}) exited with {done.returncode}: {' '.join(args[3:])}")
+
+    return run
