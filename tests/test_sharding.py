@@ -2,7 +2,8 @@
 in map tasks that share one embedding cache, one reduce. Its artifacts are the one-process audit's
 bytes over the same vectors, whatever the number of shards, whichever launcher ran the maps (in
 this process, joblib, submitit's local processes, SLURM in tests/test_slurm.py); a map killed
-mid-run is rerun alone and the result is the same bytes; a finished shard is not run again.
+mid-run is rerun alone and the result is the same bytes; a finished shard is not run again (the
+command-line tests are in tests/test_sharding_cli.py, so that pytest-xdist runs them beside these).
 
 "Over the same vectors": a text's vector depends on the batch it was encoded in (which texts share
 it), so a one-process audit on a cold cache differs from a sharded one in the float32 rounding of the
@@ -14,11 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -35,8 +31,6 @@ from transferdx.pipeline.sharding import (
     shard_plan,
     shard_records,
 )
-
-from .conftest import REPO
 
 ARTIFACTS = ("profile.csv", "profile.json", "records.csv", "negatives.csv", "suspects.csv", "report.md")
 
@@ -73,116 +67,28 @@ def test_shard_of_is_a_stable_partition_by_query():
 
 @pytest.mark.slow
 def test_dl19_six_runs_in_1_3_4_shards_write_the_one_process_bytes(data, tmp_path):
-    """The six TREC-DL19 runs, semantic audit: 1, 3 and 4 shards (maps here), then one process on
-    the cache the maps filled: the same bytes. The reduce encodes nothing; a rerun reuses every shard."""
+    """The six TREC-DL19 runs (and the eight controls built from them), semantic audit with the
+    static backbone: 1, 3 and 4 shards (maps here) write the bytes of the one-process audit — on the
+    maps' cache, and on a cache of its own too, since a static model's vector (a mean of token
+    embeddings) does not depend on its batch. The reduce encodes nothing; a rerun reuses every shard."""
     cache = tmp_path / "cache"
     loaded = load_trec_dl(data / "msmarco-dl19")
-    kw = {"cache_dir": cache, "resamples": 200, "label": "msmarco-dl19"}
+    kw = {"encoder": "static_minilm", "resamples": 20, "label": "msmarco-dl19"}
     for n in (3, 1, 4):
-        result = audit_sharded(loaded, shards=n, **kw)
+        result = audit_sharded(loaded, shards=n, cache_dir=cache, **kw)
         result.save(tmp_path / f"shards{n}")
         summary = reduce_summary(cache, n)
         assert summary["reduce_encoded_texts"] == 0
         assert sum(m["records"] for m in summary["markers"]) == len(result.records)  # the controls' too
     assert sum(m["encoded_texts"] for m in reduce_summary(cache, 3)["markers"]) > 0  # the first maps encoded
     assert all(m["encoded_texts"] == 0 for m in reduce_summary(cache, 4)["markers"])  # the cache had them
-    tdx.audit(loaded, **kw).save(tmp_path / "one")
+    tdx.audit(loaded, cache_dir=cache, **kw).save(tmp_path / "one")
+    tdx.audit(loaded, cache_dir=tmp_path / "own-cache", **kw).save(tmp_path / "one-cold")
     for n in (1, 3, 4):
         same_bytes(tmp_path / "one", tmp_path / f"shards{n}")
-    again = audit_shard(loaded, shard=2, shards=3, **kw)
+    same_bytes(tmp_path / "one", tmp_path / "one-cold")
+    again = audit_shard(loaded, shard=2, shards=3, cache_dir=cache, **kw)
     assert again["reused"] is True
-
-
-def st_parquet(data: Path, path: Path) -> Path:
-    """A sentence-transformers n-tuple Parquet file (query, positive, negative_1…4) of DL19's BM25
-    run: the shape ``mine_hard_negatives(output_format="n-tuple")`` writes."""
-    loaded = load_trec_dl(data / "msmarco-dl19", runs=["BM25"])
-    rows = [
-        {
-            "query": r.query,
-            "positive": r.positives[0].text,
-            **{f"negative_{k + 1}": n.text for k, n in enumerate(r.negatives[:4])},
-        }
-        for r in loaded.records
-        if len(r.negatives) >= 4
-    ]
-    pd.DataFrame(rows).to_parquet(path)
-    return path
-
-
-def cli(*args: str, cache: Path, check: bool = True, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFERDX_CACHE_DIR": str(cache)}
-    command = [str(Path(sys.executable).with_name("transferdx-audit")), *args, f"paths.cache_dir={cache}"]
-    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=env, timeout=timeout)
-    if check:
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
-def test_st_parquet_through_a_launcher_writes_the_one_process_bytes(launcher, data, tmp_path):
-    """``transferdx-audit input=mined.parquet audit.shards=3 hydra/launcher=…``: the maps run as a Hydra
-    sweep (three processes), the reduce here; then the one-process audit on that cache: the same bytes.
-    A second run finds every shard done and launches nothing."""
-    path = st_parquet(data, tmp_path / "mined.parquet")
-    cache = tmp_path / "cache"
-    common = [f"input={path}", "bootstrap.resamples=100", "backbone.backend=torch"]
-    sharded = [*common, "audit.shards=3", f"hydra/launcher={launcher}"]
-    first = cli(*sharded, f"output_dir={tmp_path / 'sharded'}", cache=cache)
-    summary = reduce_summary(cache, 3)
-    assert summary["reduce_encoded_texts"] == 0 and sum(m["encoded_texts"] for m in summary["markers"]) > 0
-    assert len({m["host"] for m in summary["markers"]}) == 1 and "Traceback" not in first.stderr
-    sweep = next((cache / "audit-shards").glob("*/sweep"))
-    assert len([p for p in sweep.iterdir() if p.name[0].isdigit()]) == 3  # one job a shard
-    before = {p: p.stat().st_mtime_ns for p in sweep.parent.glob("shard-*.json")}
-    cli(*sharded, f"output_dir={tmp_path / 'again'}", cache=cache)
-    assert {p: p.stat().st_mtime_ns for p in sweep.parent.glob("shard-*.json")} == before
-    cli(*common, f"output_dir={tmp_path / 'one'}", cache=cache)
-    same_bytes(tmp_path / "one", tmp_path / "sharded")
-    same_bytes(tmp_path / "one", tmp_path / "again")
-
-
-@pytest.mark.slow
-def test_a_shard_killed_mid_run_is_rerun_alone_to_the_same_bytes(tmp_path):
-    """Shard 1 of 3 is killed (kill -9) while encoding; shards 0 and 2 finished. ``audit.stage=reduce``
-    refuses, naming shard 1; ``audit.stage=all`` runs shard 1 alone (0 and 2 untouched) and writes
-    the bytes of a sharded audit never interrupted (its own cache), which equal the one-process audit's
-    on the cache the maps filled."""
-    cache, ref_cache = tmp_path / "cache", tmp_path / "ref-cache"
-    common = ["bootstrap.resamples=50", "backbone.backend=torch", "audit.shards=3"]
-    cli(*common, f"output_dir={tmp_path / 'ref'}", cache=ref_cache)
-    for shard in (0, 2):
-        cli(*common, "audit.stage=map", f"audit.shard={shard}", cache=cache)
-    markers = sorted((cache / "audit-shards").glob("*/shard-*.json"))
-    assert len(markers) == 2
-    before = {p: p.read_bytes() for p in markers}
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFERDX_CACHE_DIR": str(cache)}
-    command = [str(Path(sys.executable).with_name("transferdx-audit")), *common, "audit.stage=map", "audit.shard=1"]
-    proc = subprocess.Popen([*command, f"paths.cache_dir={cache}"], cwd=REPO, env=env, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 300
-    while not list(cache.rglob(".claim-*")):
-        assert proc.poll() is None, "shard 1 finished before it could be killed"
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert len(list((cache / "audit-shards").glob("*/shard-*.json"))) == 2
-    refused = cli(*common, "audit.stage=reduce", f"output_dir={tmp_path / 'early'}", cache=cache, check=False)
-    assert (
-        refused.returncode == 2
-        and "1 of 3 shards have not finished" in refused.stderr
-        and "audit.shard=1" in refused.stderr
-    )
-    cli(*common, f"output_dir={tmp_path / 'resumed'}", cache=cache)
-    assert {p: p.read_bytes() for p in markers} == before  # shards 0 and 2 were not run again
-    summary = reduce_summary(cache, 3)
-    assert summary["reduce_encoded_texts"] == 0
-    same_bytes(tmp_path / "ref", tmp_path / "resumed")
-    cli("bootstrap.resamples=50", "backbone.backend=torch", f"output_dir={tmp_path / 'one'}", cache=cache)
-    same_bytes(tmp_path / "one", tmp_path / "resumed")
-    cli(*common, "audit.stage=reduce", f"output_dir={tmp_path / 'reduce-again'}", cache=cache)
-    same_bytes(tmp_path / "one", tmp_path / "reduce-again")
 
 
 def test_the_reduce_names_missing_shards_and_a_changed_input_invalidates_its_shard(tmp_path):
