@@ -23,11 +23,13 @@ prints the vectors' share (distinct texts × d × 4 bytes) and the lexical audit
 same file, so the semantic stage's own working set can be read off. Goal: 5M negatives over 1M
 passages within 8 GB.
 
-``--shards N`` (with ``--semantic``) also audits each file in N shards (issue 35): N map tasks, each
-a fresh subprocess on its own (cold) cache folder shared by the maps, then the reduce in another;
-it prints, beside the one-process audit, the largest map's peak RSS and wall, the maps' summed wall
-(one machine) and the reduce's peak and wall, and checks that the reduce wrote the one-process
-bytes (HashEncoder's vectors do not depend on the batch, so here the caches may differ).
+``--shards N`` (with ``--semantic``) also audits each file in N shards (issue 35) as
+``audit.stage=all`` does with a launcher, each step a fresh subprocess: the plan (load, write every
+shard's work file), N map tasks (each reads its work file, not the input, and encodes into a cache
+folder the maps share, cold at first), then the reduce. It prints, beside the one-process audit,
+the plan's peak RSS and wall, the largest map's, the maps' summed wall (one machine) and the
+reduce's, and checks that the reduce wrote the one-process bytes (HashEncoder's vectors do not
+depend on the batch, so here the caches may differ).
 
     python benchmarks/bench_scale.py [--scales 2500,10000,25000] [--sources 14] [--k 8]
     python benchmarks/bench_scale.py --semantic 100000,1000000,5000000
@@ -119,7 +121,14 @@ def semantic_child(folder: str, lexical: bool, shard: str | None = None) -> None
     from transferdx.auditing.core import SemanticSettings
     from transferdx.diagnostics.composite import CompositeSettings
     from transferdx.embed import EmbeddingCache, EncoderSpec
-    from transferdx.pipeline.sharding import ShardSettings, run_stage
+    from transferdx.pipeline.sharding import (
+        ShardPlan,
+        ShardSettings,
+        encode_shard_work,
+        run_stage,
+        shard_plan,
+        write_shard_work,
+    )
 
     t0, c0 = time.perf_counter(), time.process_time()
     encoder = None
@@ -136,15 +145,24 @@ def semantic_child(folder: str, lexical: bool, shard: str | None = None) -> None
         result.save(Path(folder) / ("out-lexical" if lexical else "out"))
     else:
         which, n = shard.split("/")
-        prepared = tdx.pipeline.prepare_audit(folder, encoder=encoder, controls="none", **kw)
-        stage = ShardSettings(shards=int(n), stage="reduce" if which == "reduce" else "map", cache_dir=cache)
-        stage = dataclasses.replace(stage, shard=None if which == "reduce" else int(which))
-        result = run_stage(prepared, stage)
-        if isinstance(result, dict):
+        if which.isdigit():  # a map task as audit.stage=all launches one: its work file, not the input
+            plan = ShardPlan(Path(Path(folder, "plan.txt").read_text().strip()), int(n))
+            encode_shard_work(plan.work(int(which)), encoder)
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
             peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
             print(json.dumps({"wall_s": wall, "cpu_s": cpu, "peak_mb": peak_kb / 1024, "negatives_audited": 0}))
             return
+        prepared = tdx.pipeline.prepare_audit(folder, encoder=encoder, controls="none", **kw)
+        plan = shard_plan(prepared, int(n), cache)
+        if which == "plan":  # the work files of every shard
+            paths = write_shard_work(prepared, plan, range(int(n)))
+            Path(folder, "plan.txt").write_text(str(paths[0].parent))
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            print(json.dumps({"wall_s": wall, "cpu_s": cpu, "peak_mb": peak_kb / 1024, "negatives_audited": 0}))
+            return
+        result = run_stage(prepared, ShardSettings(shards=int(n), stage="reduce", cache_dir=cache))
+        assert isinstance(result, tdx.Audit)
         result.save(Path(folder) / "out-sharded")
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -166,12 +184,15 @@ def run_child(args: list[str]) -> dict[str, float]:
 def sharded(tmp: str, shards: int) -> dict[str, float]:
     """The maps (one subprocess each, in turn) and the reduce of a ``shards``-way audit of ``tmp``;
     the reduce's artifacts must be the one-process audit's bytes."""
+    plan = run_child(["--semantic-child", tmp, "--shard", f"plan/{shards}"])
     maps = [run_child(["--semantic-child", tmp, "--shard", f"{i}/{shards}"]) for i in range(shards)]
     reduce = run_child(["--semantic-child", tmp, "--shard", f"reduce/{shards}"])
     for name in ("profile.csv", "records.csv", "negatives.csv", "suspects.csv"):
         if (Path(tmp) / "out" / name).read_bytes() != (Path(tmp) / "out-sharded" / name).read_bytes():
             raise SystemExit(f"the {shards}-shard audit's {name} differs from the one-process audit's")
     return {
+        "plan_peak_mb": plan["peak_mb"],
+        "plan_wall_s": plan["wall_s"],
         "map_peak_mb": max(m["peak_mb"] for m in maps),
         "map_wall_max_s": max(m["wall_s"] for m in maps),
         "map_wall_sum_s": sum(m["wall_s"] for m in maps),
@@ -180,18 +201,14 @@ def sharded(tmp: str, shards: int) -> dict[str, float]:
     }
 
 
-SHARD_HEAD = f" | {{shards}} shards: {'map peak':>8} {'map wall':>8} {'maps Σ':>8} {'reduce peak':>11} {'reduce':>8}"
+SHARD_COLUMNS = ("plan peak", "plan wall", "map peak", "map wall", "maps Σ", "reduce peak", "reduce")
 
 
 def semantic_main(scales: list[int], with_lexical: bool, json_path: str | None, shards: int = 0) -> None:
     print(
         f"{'negatives':>10} {'records':>8} {'passages':>9} {'vectors':>8} {'peak RSS':>9} {'wall':>8} {'cpu':>8}"
         f" {'lexical peak':>12}"
-        + (
-            f" | {shards} shards: {'map peak':>8} {'map wall':>8} {'maps Σ':>8} {'reduce peak':>11} {'reduce':>8}"
-            if shards
-            else ""
-        )
+        + (f" | {shards} shards: " + " ".join(f"{c:>11}" for c in SHARD_COLUMNS) if shards else "")
     )
     rows = []
     for n in scales:
@@ -208,13 +225,18 @@ def semantic_main(scales: list[int], with_lexical: bool, json_path: str | None, 
         row |= {"shards": shards, **shard} if shard else {}
         rows.append(row)
         lex_text = f"{lex['peak_mb'] / 1024:>9.2f} GB" if lex else f"{'-':>12}"
-        shard_text = (
-            f" | {'':>{len(str(shards)) + 8}} {shard['map_peak_mb'] / 1024:>5.2f} GB {shard['map_wall_max_s']:>6.1f} s "
-            f"{shard['map_wall_sum_s']:>6.1f} s {shard['reduce_peak_mb'] / 1024:>8.2f} GB "
-            f"{shard['reduce_wall_s']:>6.1f} s"
-            if shard
-            else ""
-        )
+        shard_text = ""
+        if shard:
+            cells = [
+                f"{shard['plan_peak_mb'] / 1024:.2f} GB",
+                f"{shard['plan_wall_s']:.1f} s",
+                f"{shard['map_peak_mb'] / 1024:.2f} GB",
+                f"{shard['map_wall_max_s']:.1f} s",
+                f"{shard['map_wall_sum_s']:.1f} s",
+                f"{shard['reduce_peak_mb'] / 1024:.2f} GB",
+                f"{shard['reduce_wall_s']:.1f} s",
+            ]
+            shard_text = f" | {'':>{len(str(shards)) + 8}}" + " ".join(f"{c:>11}" for c in cells)
         print(
             f"{counts['negatives']:>10,} {counts['records']:>8,} {counts['passages']:>9,} {vectors_gb:>6.2f} GB "
             f"{out['peak_mb'] / 1024:>6.2f} GB {out['wall_s']:>6.1f} s {out['cpu_s']:>6.1f} s {lex_text}{shard_text}",

@@ -26,10 +26,12 @@ from transferdx.pipeline.sharding import (
     ShardsIncomplete,
     audit_shard,
     audit_sharded,
+    encode_shard_work,
     reduce_shards,
     shard_of,
     shard_plan,
     shard_records,
+    write_shard_work,
 )
 
 ARTIFACTS = ("profile.csv", "profile.json", "records.csv", "negatives.csv", "suspects.csv", "report.md")
@@ -89,6 +91,14 @@ def test_dl19_six_runs_in_1_3_4_shards_write_the_one_process_bytes(data, tmp_pat
     same_bytes(tmp_path / "one", tmp_path / "one-cold")
     again = audit_shard(loaded, shard=2, shards=3, cache_dir=cache, **kw)
     assert again["reused"] is True
+    # two shards through work files (what audit.stage=all hands a launched task): the same bytes
+    prepared = tdx.pipeline.prepare_audit(loaded, cache_dir=cache, **kw)
+    plan = shard_plan(prepared, 2)
+    for path in write_shard_work(prepared, plan, [0, 1]):
+        marker = encode_shard_work(path, prepared.encoder)
+        assert marker["reused"] is False and marker["negatives"] > 0
+    reduce_shards(prepared, plan).save(tmp_path / "work2")
+    same_bytes(tmp_path / "one", tmp_path / "work2")
 
 
 def test_the_reduce_names_missing_shards_and_a_changed_input_invalidates_its_shard(tmp_path):

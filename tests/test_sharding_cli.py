@@ -63,6 +63,7 @@ def test_st_parquet_through_a_launcher_writes_the_one_process_bytes(launcher, da
     assert len({m["host"] for m in summary["markers"]}) == 1 and "Traceback" not in first.stderr
     sweep = next((cache / "audit-shards").glob("*/sweep"))
     assert len([p for p in sweep.iterdir() if p.name[0].isdigit()]) == 3  # one job a shard
+    assert len(list(sweep.parent.glob("shard-*.work.json.gz"))) == 3  # each read its texts, not the input
     before = {p: p.stat().st_mtime_ns for p in sweep.parent.glob("shard-*.json")}
     cli(*sharded, f"output_dir={tmp_path / 'again'}", cache=cache)
     assert {p: p.stat().st_mtime_ns for p in sweep.parent.glob("shard-*.json")} == before

@@ -28,6 +28,8 @@ def run_audit(cfg: DictConfig) -> Path:
     from transferdx import config as c
     from transferdx import pipeline as p
 
+    if (work := c.shard_work_file(cfg)) is not None:  # a map task that audit.stage=all launched: its texts only
+        return print(p.shard_line(p.encode_shard_work(work, c.build_encoder(cfg)))) or Path(cfg.output_dir)
     started, out, options = time.perf_counter(), Path(cfg.output_dir), c.audit_options(cfg)
     loaded = p.load_inputs(c.input_settings(cfg), encoder := c.build_encoder(cfg))
     p.require_records(loaded, options.label, out)
@@ -145,8 +147,7 @@ def run_agree(cfg: DictConfig) -> Path:
 
     out, folder = p.agree(list(cfg.study_dirs), c.analysis_settings(cfg)), Path(cfg.output_dir)
     p.write_agreement(out, folder)
-    print(_fmt(out["agreement"], 3))
-    print(out["blocks_recovered"].to_string())
+    print(_fmt(out["agreement"], 3), out["blocks_recovered"].to_string(), sep="\n")
     for block, u in out["uncertainty"].items():
         print(f"{block}: transfer ordering {' > '.join(u['ordering'])}, P(full ordering) = {u['p_full_ordering']:.3f}")
     return folder
@@ -161,8 +162,7 @@ def run_match(cfg: DictConfig) -> Path:
     p.write_matching(out, folder)
     if len(out["matched"]):
         shares = out["matched"].groupby(["backbone", "block", "statistic", "resolution"])["share_reproducing"].first()
-        print(shares.to_string())
-        print(_fmt(out["balance"], 3))
+        print(shares.to_string(), _fmt(out["balance"], 3), sep="\n")
     return folder
 
 

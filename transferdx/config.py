@@ -453,6 +453,18 @@ def study_call(cfg: DictConfig) -> dict[str, Any]:
     }
 
 
+def shard_work_file(cfg: DictConfig) -> Path | None:
+    """The work file of a map task that ``audit.stage=all`` launched (``audit.work_dir`` set): the
+    task encodes its texts and never loads the input."""
+    from transferdx.pipeline.sharding import ShardPlan
+
+    block = cfg.get("audit") or {}
+    folder, shard = block.get("work_dir"), block.get("shard")
+    if not folder or shard is None or str(block.get("stage")) != "map":
+        return None
+    return ShardPlan(Path(str(folder)), int(block.get("shards", 1))).work(int(shard))
+
+
 def shard_settings(cfg: DictConfig) -> ShardSettings:
     """``audit.shards``, ``audit.stage``, ``audit.shard``; for ``stage: all`` over several shards, the
     maps go through the run's own ``hydra/launcher`` choice and settings

@@ -67,7 +67,15 @@ from transferdx.pipeline.settings import (
     BenchmarkSettings,
     InputSettings,
 )
-from transferdx.pipeline.sharding import ShardSettings, audit_shard, audit_sharded, run_stage, shard_line, shard_of
+from transferdx.pipeline.sharding import (
+    ShardSettings,
+    audit_shard,
+    audit_sharded,
+    encode_shard_work,
+    run_stage,
+    shard_line,
+    shard_of,
+)
 from transferdx.pipeline.studying import StudyResult, study, training_plan, training_seeds
 from transferdx.pipeline.training import train
 from transferdx.training import TrainSettings
@@ -100,6 +108,7 @@ __all__ = [
     "build_inputs",
     "build_sources",
     "clean",
+    "encode_shard_work",
     "encoder_spec",
     "evaluate",
     "load",

@@ -2,10 +2,12 @@
 
 A collection too big for one machine's encoder time is audited in N shards: a record goes to shard
 :func:`shard_of` (a stable hash of its query id, so a query's records of every source, its controls
-included, share one shard and no record straddles two). Each **map** task (:func:`audit_shard`)
-loads the input as the one-process audit does, keeps its shard's records and encodes their texts
-(queries; positives[0] and negatives; shard 0 also the background sample) into the content-addressed
-embedding cache that every task shares; it then leaves a marker (``shard-<i>-of-<N>.json``: the
+included, share one shard and no record straddles two). Each **map** task encodes its shard's
+texts (queries; positives[0] and negatives; shard 0 also the background sample) into the
+content-addressed embedding cache that every task shares: read from a work file that
+``audit.stage=all`` wrote after loading the input once (:func:`write_shard_work`,
+:func:`encode_shard_work`), or, for a task started by hand (:func:`audit_shard`), from the input
+loaded as the one-process audit loads it. It then leaves a marker (``shard-<i>-of-<N>.json``: the
 digest of its records, counts, encoded texts, seconds, peak memory) in the plan's folder,
 ``<cache_dir>/audit-shards/<plan key>/``. The **reduce** (:func:`reduce_shards`) checks that every
 shard's marker is there and matches the records it loads, then runs the one-process audit
@@ -39,10 +41,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from transferdx.artifacts import atomic_write_text, canonical_json, content_hash
+from transferdx.artifacts import atomic_write_bytes, atomic_write_text, canonical_json, content_hash
 from transferdx.auditing.core import background_texts
 from transferdx.auditing.result import Audit
-from transferdx.embed.cache import text_key
+from transferdx.embed.cache import EmbeddingCache, text_key
 from transferdx.inputs.records import Record
 from transferdx.pipeline.auditing import PreparedAudit, audit_prepared, prepare_audit
 from transferdx.pipeline.encoders import EncoderLike
@@ -96,6 +98,10 @@ class ShardPlan:
     def marker(self, shard: int) -> Path:
         return self.folder / f"shard-{shard:04d}-of-{self.shards:04d}.json"
 
+    def work(self, shard: int) -> Path:
+        """The texts map task ``shard`` encodes (:func:`write_shard_work`)."""
+        return self.folder / f"shard-{shard:04d}-of-{self.shards:04d}.work.json.gz"
+
     def done(self, shard: int, digest: str) -> dict[str, Any] | None:
         """The marker of ``shard`` when it is there, readable and for records with ``digest``."""
         try:
@@ -125,38 +131,66 @@ def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
-def encode_shard(prepared: PreparedAudit, plan: ShardPlan, shard: int) -> dict[str, Any]:
-    """The map of shard ``shard``: encode its records' texts into the shared cache (nothing when the
-    audit is lexical) and write its marker. A shard whose marker matches its records is not run
-    again (returned as it is, with ``"reused": true``)."""
-    started = time.perf_counter()
+def shard_work(prepared: PreparedAudit, plan: ShardPlan, shard: int) -> dict[str, Any]:
+    """What map task ``shard`` encodes, as a JSON-able dict: the digest and counts of its records, and
+    three requests to the cache — its distinct queries, its distinct passages (positives[0], then
+    negatives), and for shard 0 the background sample (drawn from the whole pool) — each empty when
+    the audit is lexical. The same requests give the same vectors wherever they run."""
     records = shard_records(prepared.loaded.records, shard, plan.shards)
-    digest = records_digest(records)
-    if (done := plan.done(shard, digest)) is not None:
-        return {**done, "reused": True}
-    cache = prepared.encoder
     queries: list[str] = []
     passages: list[str] = []
-    before = cache.encoded_texts if cache is not None else 0
-    if cache is not None and records:
+    background: list[str] = []
+    if prepared.encoder is not None and records:
         queries = list(dict.fromkeys(r.query for r in records))
         negatives = [n.text for r in records for n in r.negatives]
         passages = list(dict.fromkeys([r.positives[0].text for r in records] + negatives))
-        cache.embed(queries, "query")
-        cache.embed(passages, "passage")
-    if cache is not None and shard == 0:  # the background sample is drawn from the whole pool
-        semantic = prepared.options.semantic
-        size = semantic.background_size if semantic is not None else 0
-        cache.embed(background_texts(prepared.loaded.records, size, prepared.options.seed), "passage")
+    semantic = prepared.options.semantic
+    if prepared.encoder is not None and shard == 0 and semantic is not None:
+        background = background_texts(prepared.loaded.records, semantic.background_size, prepared.options.seed)
+    return {
+        "version": MARKER_VERSION,
+        "shard": shard,
+        "shards": plan.shards,
+        "digest": records_digest(records),
+        "records": len(records),
+        "negatives": sum(len(r.negatives) for r in records),
+        "queries": queries,
+        "passages": passages,
+        "background": background,
+    }
+
+
+def write_shard_work(prepared: PreparedAudit, plan: ShardPlan, shards: Sequence[int]) -> list[Path]:
+    """Write each map task's :func:`shard_work` to ``plan.work(i)`` (gzip JSON, atomically), so that a
+    task launched elsewhere reads its own texts instead of loading the whole input."""
+    import gzip
+
+    paths = []
+    for shard in shards:
+        data = json.dumps(shard_work(prepared, plan, shard), ensure_ascii=False).encode("utf-8")
+        paths.append(atomic_write_bytes(plan.work(shard), gzip.compress(data, mtime=0)))
+    return paths
+
+
+def _encode(cache: EmbeddingCache | None, plan: ShardPlan, work: dict[str, Any], started: float) -> dict[str, Any]:
+    """Encode ``work``'s three requests (unless the marker says it was done) and write the marker."""
+    shard = int(work["shard"])
+    if (done := plan.done(shard, work["digest"])) is not None:
+        return {**done, "reused": True}
+    before = cache.encoded_texts if cache is not None else 0
+    if cache is not None:
+        for texts, role in ((work["queries"], "query"), (work["passages"], "passage"), (work["background"], "passage")):
+            if texts:
+                cache.embed(texts, role)
     record = {
         "version": MARKER_VERSION,
         "shard": shard,
         "shards": plan.shards,
-        "digest": digest,
-        "records": len(records),
-        "negatives": sum(len(r.negatives) for r in records),
-        "queries": len(queries),
-        "passages": len(passages),
+        "digest": work["digest"],
+        "records": work["records"],
+        "negatives": work["negatives"],
+        "queries": len(work["queries"]),
+        "passages": len(work["passages"]),
         "encoded_texts": (cache.encoded_texts - before) if cache is not None else 0,
         "seconds": round(time.perf_counter() - started, 3),
         "peak_mb": round(_peak_mb(), 1),
@@ -164,6 +198,27 @@ def encode_shard(prepared: PreparedAudit, plan: ShardPlan, shard: int) -> dict[s
     }
     atomic_write_text(plan.marker(shard), canonical_json(record))
     return {**record, "reused": False}
+
+
+def encode_shard(prepared: PreparedAudit, plan: ShardPlan, shard: int) -> dict[str, Any]:
+    """The map of shard ``shard`` from the prepared input: encode its records' texts into the shared
+    cache (nothing when the audit is lexical) and write its marker. A shard whose marker matches its
+    records is not run again (returned as it is, with ``"reused": true``)."""
+    started = time.perf_counter()
+    return _encode(prepared.encoder, plan, shard_work(prepared, plan, shard), started)
+
+
+def encode_shard_work(path: str | Path, encoder: EmbeddingCache | None) -> dict[str, Any]:
+    """The map of one shard from its work file (:func:`write_shard_work`): the texts only, never the
+    whole input, so the task's memory is its shard's texts and vectors. The marker goes beside it."""
+    import gzip
+
+    started = time.perf_counter()
+    try:
+        work = json.loads(gzip.decompress(Path(path).read_bytes()))
+    except (OSError, ValueError) as exc:
+        raise ShardsIncomplete(f"{path}: the shard's work file cannot be read ({exc}); rerun audit.stage=all") from None
+    return _encode(encoder, ShardPlan(Path(path).parent, int(work["shards"])), work, started)
 
 
 def missing_shards(prepared: PreparedAudit, plan: ShardPlan) -> list[int]:
@@ -306,18 +361,21 @@ def run_stage(prepared: PreparedAudit, s: ShardSettings) -> Audit | dict[str, An
 
 
 def hydra_map_runner(task_overrides: Sequence[str], hydra_overrides: Sequence[str], launcher: str) -> MapRunner:
-    """Map tasks through a Hydra launcher: ``transferdx-audit -m audit.stage=map audit.shard=<the
-    missing ones>`` with the run's own overrides and its ``hydra/launcher`` choice and settings (the
-    basic launcher runs them here, in this process). The sweep's folder is ``<plan>/sweep``."""
+    """Map tasks through a Hydra launcher: each missing shard's texts written to a work file
+    (:func:`write_shard_work`), then ``transferdx-audit -m audit.stage=map audit.shard=<the missing
+    ones> audit.work_dir=<plan>`` with the run's own overrides and its ``hydra/launcher`` choice and
+    settings; each task reads its work file, not the input (the basic launcher runs the maps here,
+    in this process). The sweep's folder is ``<plan>/sweep``."""
     kept = ("hydra/launcher=", "hydra.launcher.", "hydra.searchpath")
     launcher_args = [o for o in hydra_overrides if o.startswith(kept)]
-    dropped = ("audit.stage", "audit.shard", "output_dir")  # each map's own; no map writes artifacts
+    dropped = ("audit.stage", "audit.shard", "audit.work_dir", "output_dir")  # each map's own; no map writes artifacts
     own = [o for o in task_overrides if o.split("=", 1)[0].lstrip("+~") not in dropped]
 
     def run(prepared: PreparedAudit, plan: ShardPlan, shards: list[int]) -> None:
         if launcher == "basic":
             run_maps_here(prepared, plan, shards)
             return
+        write_shard_work(prepared, plan, shards)
         args = [
             sys.executable,
             "-m",
@@ -327,6 +385,7 @@ def hydra_map_runner(task_overrides: Sequence[str], hydra_overrides: Sequence[st
             *launcher_args,
             "audit.stage=map",
             f"audit.shard={','.join(map(str, shards))}",
+            f"audit.work_dir={plan.folder}",
             f"hydra.sweep.dir={plan.folder / 'sweep'}",
         ]
         done = subprocess.run(args, check=False)
