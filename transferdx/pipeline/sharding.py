@@ -13,9 +13,10 @@ digest of its records, counts, encoded texts, seconds, peak memory) in the plan'
 shard's marker is there and matches the records it loads, then runs the one-process audit
 (:func:`~transferdx.pipeline.auditing.audit_prepared`) on the cache the maps filled: it encodes
 nothing, and its artifacts are the one-process audit's bytes, whatever N, because it *is* the
-one-process computation on the same vectors (tests: DL19 and a sentence-transformers file in 1, 3
-and 4 shards). A re-submission runs only the shards without a valid marker; a map killed mid-run
-keeps the cache chunks it flushed, so its rerun encodes only the rest.
+one-process computation on the same vectors (tests: DL19 in 1–4 shards, a sentence-transformers
+Parquet file through joblib and submitit, the demo as a SLURM array). A re-submission runs only
+the shards without a valid marker; a map killed mid-run keeps the cache chunks it flushed, so its
+rerun encodes only the rest.
 
 What is sharded is the encoder, the part of a semantic audit that grows with the collection and needs
 an accelerator (measured shares: docs/benchmarks.md). The statistics (ψ's tokenisation, the
