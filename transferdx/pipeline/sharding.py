@@ -71,6 +71,14 @@ def shard_records(records: Sequence[Record], shard: int, shards: int) -> list[Re
     return [r for r in records if shard_of(r.qid, shards) == shard]
 
 
+def split_records(records: Sequence[Record], shards: int) -> list[list[Record]]:
+    """Every shard's records (:func:`shard_records` for each), in one pass over ``records``."""
+    groups: list[list[Record]] = [[] for _ in range(shards)]
+    for r in records:
+        groups[shard_of(r.qid, shards)].append(r)
+    return groups
+
+
 def records_digest(records: Sequence[Record]) -> str:
     """sha256 over what a shard encodes and audits: each record's source, kind, qid and the keys of
     its query, positives and negatives, in (source, qid) order."""
@@ -132,12 +140,16 @@ def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
-def shard_work(prepared: PreparedAudit, plan: ShardPlan, shard: int) -> dict[str, Any]:
+def shard_work(
+    prepared: PreparedAudit, plan: ShardPlan, shard: int, records: Sequence[Record] | None = None
+) -> dict[str, Any]:
     """What map task ``shard`` encodes, as a JSON-able dict: the digest and counts of its records, and
     three requests to the cache — its distinct queries, its distinct passages (positives[0], then
     negatives), and for shard 0 the background sample (drawn from the whole pool) — each empty when
-    the audit is lexical. The same requests give the same vectors wherever they run."""
-    records = shard_records(prepared.loaded.records, shard, plan.shards)
+    the audit is lexical. The same requests give the same vectors wherever they run. ``records``:
+    the shard's records when the caller has them (:func:`split_records`), else found here."""
+    if records is None:
+        records = shard_records(prepared.loaded.records, shard, plan.shards)
     queries: list[str] = []
     passages: list[str] = []
     background: list[str] = []
@@ -166,9 +178,9 @@ def write_shard_work(prepared: PreparedAudit, plan: ShardPlan, shards: Sequence[
     task launched elsewhere reads its own texts instead of loading the whole input."""
     import gzip
 
-    paths = []
+    groups, paths = split_records(prepared.loaded.records, plan.shards), []
     for shard in shards:
-        data = json.dumps(shard_work(prepared, plan, shard), ensure_ascii=False).encode("utf-8")
+        data = json.dumps(shard_work(prepared, plan, shard, groups[shard]), ensure_ascii=False).encode("utf-8")
         paths.append(atomic_write_bytes(plan.work(shard), gzip.compress(data, mtime=0)))
     return paths
 
@@ -222,24 +234,29 @@ def encode_shard_work(path: str | Path, encoder: EmbeddingCache | None) -> dict[
     return _encode(encoder, ShardPlan(Path(path).parent, int(work["shards"])), work, started)
 
 
-def missing_shards(prepared: PreparedAudit, plan: ShardPlan) -> list[int]:
-    """The shards without a marker that matches their records (to run, or to rerun)."""
-    by_shard: list[list[Record]] = [[] for _ in range(plan.shards)]
-    for r in prepared.loaded.records:
-        by_shard[shard_of(r.qid, plan.shards)].append(r)
-    return [i for i, recs in enumerate(by_shard) if plan.done(i, records_digest(recs)) is None]
+def shard_digests(prepared: PreparedAudit, plan: ShardPlan) -> list[str]:
+    """:func:`records_digest` of every shard's records, in shard order."""
+    return [records_digest(group) for group in split_records(prepared.loaded.records, plan.shards)]
+
+
+def missing_shards(prepared: PreparedAudit, plan: ShardPlan, digests: Sequence[str] | None = None) -> list[int]:
+    """The shards without a marker that matches their records (to run, or to rerun); ``digests``:
+    :func:`shard_digests` when the caller has them."""
+    digests = shard_digests(prepared, plan) if digests is None else digests
+    return [i for i, digest in enumerate(digests) if plan.done(i, digest) is None]
 
 
 class ShardsIncomplete(ValueError):
     """The reduce found shards without a valid marker (not run, killed, or run on other records)."""
 
 
-def reduce_shards(prepared: PreparedAudit, plan: ShardPlan) -> Audit:
+def reduce_shards(prepared: PreparedAudit, plan: ShardPlan, digests: Sequence[str] | None = None) -> Audit:
     """The reduce: every shard's marker must match its records (else :class:`ShardsIncomplete`
     naming the missing ones and how to run them); then the one-process audit on the filled cache.
+    ``digests``: :func:`shard_digests` when the caller has them (the records are hashed once).
     A summary (``reduce.json``: shards, texts the reduce encoded, seconds, peak memory) is written
     beside the markers, not among the artifacts, so that those stay the one-process bytes."""
-    missing = missing_shards(prepared, plan)
+    missing = missing_shards(prepared, plan, digests)
     if missing:
         shown = ",".join(map(str, missing[:20])) + (",…" if len(missing) > 20 else "")
         raise ShardsIncomplete(
@@ -276,8 +293,9 @@ MapRunner = Callable[[PreparedAudit, ShardPlan, list[int]], None]
 
 def run_maps_here(prepared: PreparedAudit, plan: ShardPlan, shards: list[int]) -> None:
     """Run the map tasks ``shards`` one after another in this process."""
+    groups = split_records(prepared.loaded.records, plan.shards)
     for shard in shards:
-        encode_shard(prepared, plan, shard)
+        _encode(prepared.encoder, plan, shard_work(prepared, plan, shard, groups[shard]), time.perf_counter())
 
 
 def audit_shard(
@@ -313,10 +331,8 @@ def audit_sharded(
     reduce: the shards without a valid marker go to ``run_maps`` (default: this process, one after
     another), then :func:`reduce_shards`. Same arguments and the same result as ``audit``."""
     prepared = prepare_audit(records, options, encoder=encoder, cache_dir=cache_dir, controls=controls, **overrides)
-    plan = shard_plan(prepared, shards, cache_dir)
-    if missing := missing_shards(prepared, plan):
-        run_maps(prepared, plan, missing)
-    return reduce_shards(prepared, plan)
+    settings = ShardSettings(shards=shards, run_maps=run_maps, cache_dir=cache_dir)
+    return _stage_all(prepared, shard_plan(prepared, shards, cache_dir), settings)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -333,9 +349,10 @@ class ShardSettings:
 
 
 def _stage_all(prepared: PreparedAudit, plan: ShardPlan, s: ShardSettings) -> Audit:
-    if missing := missing_shards(prepared, plan):
+    digests = shard_digests(prepared, plan)  # once: the reduce checks the maps' markers against them
+    if missing := missing_shards(prepared, plan, digests):
         s.run_maps(prepared, plan, missing)
-    return reduce_shards(prepared, plan)
+    return reduce_shards(prepared, plan, digests)
 
 
 def _stage_map(prepared: PreparedAudit, plan: ShardPlan, s: ShardSettings) -> dict[str, Any]:
