@@ -112,9 +112,9 @@ def write_semantic(folder: Path, n_negatives: int, seed: int = 0) -> dict[str, i
 
 def semantic_child(folder: str, lexical: bool, shard: str | None = None) -> None:
     """Runs in the measured subprocess: the public audit of ``folder`` (with :class:`HashEncoder`
-    unless ``lexical``), artifacts written beside it. ``shard`` = ``"i/N"``: map task i of N only
-    (cache ``folder/cache-sharded``); ``"reduce/N"``: the reduce of those maps (artifacts in
-    ``out-sharded``)."""
+    unless ``lexical``), artifacts written beside it. ``shard`` = ``"plan/N"``: load once and write
+    the N work files; ``"i/N"``: map task i of N from its work file (cache ``folder/cache-sharded``);
+    ``"reduce/N"``: the reduce of those maps (artifacts in ``out-sharded``)."""
     import dataclasses
 
     import transferdx as tdx
@@ -140,37 +140,28 @@ def semantic_child(folder: str, lexical: bool, shard: str | None = None) -> None
         encoder = EmbeddingCache(spec, cache, progress=False, model_factory=lambda _l, _s: model)
         semantic = SemanticSettings(composite=dataclasses.replace(CompositeSettings(), resamples=0))
     kw = {"semantic": semantic} if semantic else {}
+    audited = 0  # negatives in the artifacts written (a plan or a map writes none)
     if shard is None:
         result = tdx.audit(folder, encoder=encoder, controls="none", **kw)
         result.save(Path(folder) / ("out-lexical" if lexical else "out"))
+        audited = len(result.negatives)
+    elif (which := shard.split("/")[0]).isdigit():  # a map task as audit.stage=all launches one: its work file
+        plan = ShardPlan(Path(Path(folder, "plan.txt").read_text().strip()), int(shard.split("/")[1]))
+        encode_shard_work(plan.work(int(which)), encoder)
     else:
-        which, n = shard.split("/")
-        if which.isdigit():  # a map task as audit.stage=all launches one: its work file, not the input
-            plan = ShardPlan(Path(Path(folder, "plan.txt").read_text().strip()), int(n))
-            encode_shard_work(plan.work(int(which)), encoder)
-            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-            peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-            print(json.dumps({"wall_s": wall, "cpu_s": cpu, "peak_mb": peak_kb / 1024, "negatives_audited": 0}))
-            return
         prepared = tdx.pipeline.prepare_audit(folder, encoder=encoder, controls="none", **kw)
-        plan = shard_plan(prepared, int(n), cache)
+        plan = shard_plan(prepared, int(shard.split("/")[1]), cache)
         if which == "plan":  # the work files of every shard
-            paths = write_shard_work(prepared, plan, range(int(n)))
+            paths = write_shard_work(prepared, plan, range(plan.shards))
             Path(folder, "plan.txt").write_text(str(paths[0].parent))
-            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-            peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-            print(json.dumps({"wall_s": wall, "cpu_s": cpu, "peak_mb": peak_kb / 1024, "negatives_audited": 0}))
-            return
-        result = run_stage(prepared, ShardSettings(shards=int(n), stage="reduce", cache_dir=cache))
-        assert isinstance(result, tdx.Audit)
-        result.save(Path(folder) / "out-sharded")
+        else:
+            result = run_stage(prepared, ShardSettings(shards=plan.shards, stage="reduce", cache_dir=cache))
+            assert isinstance(result, tdx.Audit)
+            result.save(Path(folder) / "out-sharded")
+            audited = len(result.negatives)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(
-        json.dumps(
-            {"wall_s": wall, "cpu_s": cpu, "peak_mb": peak_kb / 1024, "negatives_audited": len(result.negatives)}
-        )
-    )
+    print(json.dumps({"wall_s": wall, "cpu_s": cpu, "peak_mb": peak_kb / 1024, "negatives_audited": audited}))
 
 
 def run_child(args: list[str]) -> dict[str, float]:

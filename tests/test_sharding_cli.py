@@ -17,7 +17,7 @@ import pytest
 
 from transferdx.inputs.trec_dl import load_trec_dl
 
-from .conftest import REPO
+from .conftest import REPO, run_cli
 from .test_sharding import reduce_summary, same_bytes
 
 
@@ -39,12 +39,9 @@ def st_parquet(data: Path, path: Path) -> Path:
 
 
 def cli(*args: str, cache: Path, check: bool = True, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFERDX_CACHE_DIR": str(cache)}
-    command = [str(Path(sys.executable).with_name("transferdx-audit")), *args, f"paths.cache_dir={cache}"]
-    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=env, timeout=timeout)
-    if check:
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
+    """``transferdx-audit`` with its embedding cache (and the shards' markers) in ``cache``."""
+    env = {"TRANSFERDX_CACHE_DIR": str(cache)}
+    return run_cli("audit", *args, f"paths.cache_dir={cache}", check=check, timeout=timeout, **env)
 
 
 @pytest.mark.slow
