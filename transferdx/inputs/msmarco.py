@@ -177,7 +177,7 @@ def load_msmarco_triples(
         )
         if _is_json_lines(path):
             table.form, table.cells_are_text = "jsonl", False
-        plan = {"anchor": "query", "scores": False, "qid": "qid" in columns}
+        plan = {"anchor": "query", "positive": "positive", "scores": False, "qid": "qid" in columns}
         keep_rows(builder.result, table, path, source, plan, write_slots(negative_columns), group_by_query)
     return builder.result
 

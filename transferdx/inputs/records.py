@@ -255,6 +255,11 @@ def sample_queries(loaded: LoadResult, fraction: float, seed: int = 0) -> tuple[
 # ---------------------------------------------------------------------------------------------
 
 ANCHORS = ("anchor", "query", "question")  # the query column's names, in the order they are tried
+# the positive column's names, in the order they are tried (mine_hard_negatives keeps the name of the
+# dataset's second column: "positive", or "answer" for the natural-questions and gooaq pairs, ...)
+POSITIVES = ("positive", "answer", "document", "passage", "context", "response")
+# columns a sentence-transformers table carries besides its (query, positive) pair and its negatives
+ST_EXTRAS = ("scores", "score", "label", "labels", "qid")
 
 # what a format's detector read off a table's columns (which column is the anchor, are there scores)
 Plan = dict[str, Any]

@@ -42,6 +42,8 @@ from transferdx.inputs.reading import FieldProblem, RecordBuilder, slice_text, t
 from transferdx.inputs.records import (
     ANCHORS,
     MERGED_NEGATIVE,
+    POSITIVES,
+    ST_EXTRAS,
     LoadResult,
     Passage,
     Plan,
@@ -50,7 +52,7 @@ from transferdx.inputs.records import (
     query_id,
     text_id,
 )
-from transferdx.inputs.tables import plain
+from transferdx.inputs.tables import negative_columns, plain
 
 # ---------------------------------------------------------------------------------------------
 # Cells (CSV cells arrive as text)
@@ -60,6 +62,27 @@ from transferdx.inputs.tables import plain
 def anchor_column(columns: Sequence[str]) -> str | None:
     """The query column: the first of ``anchor``, ``query``, ``question`` present."""
     return next((c for c in ANCHORS if c in columns), None)
+
+
+def pair_columns(columns: Sequence[str]) -> tuple[str, str] | None:
+    """The (query, positive) columns of a sentence-transformers table, whose miner keeps the names
+    of the dataset it was given. By name: the first of :data:`ANCHORS` and of :data:`POSITIVES`
+    present. Else as ``mine_hard_negatives`` picks them when not told (the first column the anchor,
+    the second the positive): the columns left once the negatives (``negative``,
+    ``negative_1..n``) and :data:`ST_EXTRAS` are set aside, when exactly two are left. None when
+    neither rule gives two columns."""
+    anchor = anchor_column(columns)
+    positive = next((c for c in POSITIVES if c in columns and c != anchor), None)
+    if anchor is not None and positive is not None:
+        return anchor, positive
+    rest = [c for c in columns if c != "negative" and not negative_columns([c]) and c not in ST_EXTRAS]
+    if len(rest) != 2:
+        return None
+    if anchor is not None:
+        return anchor, rest[1 - rest.index(anchor)]
+    if positive is not None:
+        return rest[1 - rest.index(positive)], positive
+    return rest[0], rest[1]
 
 
 def cell_text(row: Mapping[str, Any], key: str, where: str | None = None) -> str:

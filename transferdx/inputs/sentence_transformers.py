@@ -1,17 +1,22 @@
 """sentence-transformers tables: what ``util.mine_hard_negatives`` writes, and any n-tuple table.
 
-Recognised by their columns (the query column is ``anchor``, ``query`` or ``question``):
+Recognised by their columns. ``mine_hard_negatives`` keeps the names of the dataset it mined, so the
+query column (QUERY below) is ``anchor``, ``query`` or ``question`` and the positive column
+(POSITIVE) ``positive``, ``answer``, ``document``, ``passage``, ``context`` or ``response``; with
+other names, the two columns left besides the negatives, ``scores``, ``score``, ``label``,
+``labels`` and ``qid`` are read as the miner reads them, first the query, then the positive
+(:func:`~transferdx.inputs.rows.pair_columns`). The cleaned copy keeps the file's own names.
 
-- ``ntuple``: ``anchor, positive, negative_1..n``, optionally ``scores`` (``[positive, negative_1,
+- ``ntuple``: ``QUERY, POSITIVE, negative_1..n``, optionally ``scores`` (``[positive, negative_1,
   ...]``) and ``qid``: ``output_format="n-tuple"`` (and the deprecated ``"n-tuple-scores"``) or any
   n-tuple table. Also a reader by name (:func:`load_ntuple`, ``format="ntuple"``), which reads plain
   tab-separated lines with or without a header as well (the ``data=ntuple`` config).
-- ``triplet``: ``anchor, positive, negative``, optionally ``scores`` (``[positive, negative]``):
+- ``triplet``: ``QUERY, POSITIVE, negative``, optionally ``scores`` (``[positive, negative]``):
   ``output_format="triplet"``.
-- ``labeled_list``: ``anchor, positive`` (a list of documents) and ``labels`` (1 = positive,
+- ``labeled_list``: ``QUERY, POSITIVE`` (a list of documents) and ``labels`` (1 = positive,
   0 = negative) or ``scores`` (then the first document is the positive, as ``mine_hard_negatives``
   writes it): ``output_format="labeled-list"``.
-- ``labeled_pair``: ``anchor, positive`` (one document) and ``label`` (1 / 0):
+- ``labeled_pair``: ``QUERY, POSITIVE`` (one document) and ``label`` (1 / 0):
   ``output_format="labeled-pair"``.
 
 Rows become records as every row format's do (:mod:`transferdx.inputs.rows`): rows of one anchor
@@ -27,17 +32,26 @@ from pathlib import Path
 from typing import Any
 
 from transferdx.inputs.reading import FieldProblem, RecordBuilder, artifact_name, require_path
-from transferdx.inputs.records import LINES_FORM, LINES_HEADER_FORM, LoadResult, Passage, Plan, Table
+from transferdx.inputs.records import (
+    ANCHORS,
+    LINES_FORM,
+    LINES_HEADER_FORM,
+    POSITIVES,
+    LoadResult,
+    Passage,
+    Plan,
+    Table,
+)
 from transferdx.inputs.registry import Format, Shape, keep, register
 from transferdx.inputs.rows import (
     Row,
     RowReader,
-    anchor_column,
     cell_label,
     cell_list,
     cell_scores,
     cell_text,
     cell_texts,
+    pair_columns,
 )
 from transferdx.inputs.tables import form_of, is_saved_dataset, negative_columns, read_table, storage_form
 from transferdx.inputs.textforms import is_gzip, read_tab_lines
@@ -52,6 +66,8 @@ from transferdx.inputs.writing import (
 )
 
 ST = "sentence-transformers util.mine_hard_negatives output or an equivalent table"
+# the (query, positive) columns as the shapes' descriptions name them (:func:`pair_columns`)
+PAIR = f"{'|'.join(ANCHORS)} (or any name, first), {'|'.join(POSITIVES)} (or any name, second)"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -60,11 +76,12 @@ ST = "sentence-transformers util.mine_hard_negatives output or an equivalent tab
 
 
 def _ntuple_plan(columns: Sequence[str]) -> Plan:
-    return {"anchor": anchor_column(columns) or "query", "scores": "scores" in columns, "qid": "qid" in columns}
+    anchor, positive = pair_columns(columns) or ("query", "positive")
+    return {"anchor": anchor, "positive": positive, "scores": "scores" in columns, "qid": "qid" in columns}
 
 
 def _detect_ntuple(columns: Sequence[str]) -> Plan | None:
-    if anchor_column(columns) is None or "positive" not in columns or not negative_columns(columns):
+    if pair_columns(columns) is None or not negative_columns(columns):
         return None
     return _ntuple_plan(columns)
 
@@ -72,7 +89,7 @@ def _detect_ntuple(columns: Sequence[str]) -> Plan | None:
 def _row_ntuple(row: Mapping[str, Any], plan: Plan, text_cells: bool) -> Row:
     """The row's own ``negative_k`` columns, in numeric order (K may vary from row to row)."""
     query = cell_text(row, plan["anchor"])
-    positive = cell_text(row, "positive")
+    positive = cell_text(row, plan["positive"])
     columns = negative_columns(row)
     if not columns:
         raise FieldProblem("negative_1", "missing (no negative_k column)")
@@ -153,15 +170,15 @@ def keep_rows(
 
 
 def _detect_triplet(columns: Sequence[str]) -> Plan | None:
-    anchor = anchor_column(columns)
-    if anchor is None or not {"positive", "negative"} <= set(columns):
+    pair = pair_columns(columns)
+    if pair is None or "negative" not in columns:
         return None
-    return {"anchor": anchor, "scores": "scores" in columns, "qid": "qid" in columns}
+    return {"anchor": pair[0], "positive": pair[1], "scores": "scores" in columns, "qid": "qid" in columns}
 
 
 def _row_triplet(row: Mapping[str, Any], plan: Plan, text_cells: bool) -> Row:
     query = cell_text(row, plan["anchor"])
-    positive, negative = cell_text(row, "positive"), cell_text(row, "negative")
+    positive, negative = cell_text(row, plan["positive"]), cell_text(row, "negative")
     pos_s: float | None = None
     neg_s: float | None = None
     if plan["scores"]:
@@ -171,19 +188,20 @@ def _row_triplet(row: Mapping[str, Any], plan: Plan, text_cells: bool) -> Row:
 
 
 def _detect_labeled_list(columns: Sequence[str]) -> Plan | None:
-    anchor = anchor_column(columns)
-    if anchor is None or "positive" not in columns or negative_columns(columns) or "negative" in columns:
+    pair = pair_columns(columns)
+    if pair is None or negative_columns(columns) or "negative" in columns:
         return None
+    plan = {"anchor": pair[0], "positive": pair[1]}
     if "labels" in columns:
-        return {"anchor": anchor, "labels": "labels", "scores": "scores" if "scores" in columns else None}
+        return plan | {"labels": "labels", "scores": "scores" if "scores" in columns else None}
     if "scores" in columns:
-        return {"anchor": anchor, "labels": None, "scores": "scores"}
+        return plan | {"labels": None, "scores": "scores"}
     return None
 
 
 def _row_labeled_list(row: Mapping[str, Any], plan: Plan, text_cells: bool) -> Row:
     query = cell_text(row, plan["anchor"])
-    docs = cell_texts(row, "positive", text_cells)
+    docs = cell_texts(row, plan["positive"], text_cells)
     scores: list[float | None] = [None] * len(docs)
     if plan["scores"]:
         scores = list(cell_scores(row, plan["scores"], text_cells, len(docs)))
@@ -203,14 +221,14 @@ def _row_labeled_list(row: Mapping[str, Any], plan: Plan, text_cells: bool) -> R
 
 
 def _detect_labeled_pair(columns: Sequence[str]) -> Plan | None:
-    anchor = anchor_column(columns)
-    if anchor is None or "positive" not in columns or "label" not in columns:
+    pair = pair_columns(columns)
+    if pair is None or "label" not in columns:
         return None
-    return {"anchor": anchor}
+    return {"anchor": pair[0], "positive": pair[1]}
 
 
 def _row_labeled_pair(row: Mapping[str, Any], plan: Plan, text_cells: bool) -> Row:
-    query, doc = cell_text(row, plan["anchor"]), cell_text(row, "positive")
+    query, doc = cell_text(row, plan["anchor"]), cell_text(row, plan["positive"])
     label = cell_label(row.get("label"), "label")
     return Row(query, [(doc, None)] if label == 1 else [], [(doc, None)] if label == 0 else [])
 
@@ -282,7 +300,7 @@ def write_slots(columns_of: Callable[[Mapping[str, Any]], list[str]]) -> Callabl
     negatives (``added``)."""
 
     def write(table: Table, plan: Plan, cleaning: Cleaning, source: str | None) -> Rewritten:
-        anchor, text_cells = plan["anchor"], table.cells_are_text
+        anchor, pos, text_cells = plan["anchor"], plan["positive"], table.cells_are_text
         rows: list[tuple[int, Mapping[str, Any], CleanedQuery, list[str], list[bool]]] = []
         pairs_kept: set[tuple[str, str]] = set()
         shaped, skipped = rows_with_queries(
@@ -293,14 +311,14 @@ def write_slots(columns_of: Callable[[Mapping[str, Any]], list[str]]) -> Callabl
             keep = kept_cells([str(row[c]) for c in cols], query.record.negatives)
             rows.append((line, row, query, cols, keep))
             if any(keep):
-                pairs_kept.add((str(row[anchor]), str(row["positive"])))
+                pairs_kept.add((str(row[anchor]), str(row[pos])))
         out: list[dict[str, Any]] = []
         changes: list[RowChange] = []
         added: set[tuple[str, str]] = set()
         unused: set[str] = set()  # negative columns past clean.keep: not written
         for line, row, query, cols, keep in rows:
             texts = [str(row[c]) for c in cols]
-            qid, pair, n_lost = query.record.qid, (str(row[anchor]), str(row["positive"])), keep.count(False)
+            qid, pair, n_lost = query.record.qid, (str(row[anchor]), str(row[pos])), keep.count(False)
             own = _row_scores(row, plan, text_cells, texts)
             positive = cell_list(row, "scores", text_cells)[0] if plan.get("scores") else None
             k = cleaning.slots(len(cols))
@@ -332,7 +350,7 @@ def write_slots(columns_of: Callable[[Mapping[str, Any]], list[str]]) -> Callabl
                         )
                         continue
                     positive_score = own.get(moved.text, moved.score)
-                    out.append(_slot_row({**row, "positive": moved.text}, cols, slots, plan, positive_score, own))
+                    out.append(_slot_row({**row, pos: moved.text}, cols, slots, plan, positive_score, own))
                     changes.append(
                         RowChange(None, qid, "added", 0, f"relabeled positive {moved.id} ({change or 'kept'})")
                     )
@@ -350,7 +368,7 @@ def _write_labeled_list(table: Table, plan: Plan, cleaning: Cleaning, source: st
     ``labels``) or, with scores only (positive first), a row of its own with the row's kept
     negatives (``added``); a removed one leaves the lists (``trimmed``). A row may keep no negative
     (the shape allows it)."""
-    anchor, text_cells = plan["anchor"], table.cells_are_text
+    anchor, pos, text_cells = plan["anchor"], plan["positive"], table.cells_are_text
     out: list[dict[str, Any]] = []
     changes: list[RowChange] = []
     shaped, skipped = rows_with_queries(
@@ -358,7 +376,7 @@ def _write_labeled_list(table: Table, plan: Plan, cleaning: Cleaning, source: st
     )
     for line, row, query in shaped:
         parsed = _row_labeled_list(row, plan, text_cells)
-        docs = cell_texts(row, "positive", text_cells)
+        docs = cell_texts(row, pos, text_cells)
         scores = list(cell_list(row, plan["scores"], text_cells)) if plan["scores"] else None
         labels = list(cell_list(row, plan["labels"], text_cells)) if plan["labels"] else None
         negative = {t for t, _ in parsed.negatives}
@@ -372,7 +390,7 @@ def _write_labeled_list(table: Table, plan: Plan, cleaning: Cleaning, source: st
             out.append(dict(row))
             continue
         take = [s or r for s, r in zip(stays, relabel, strict=True)]
-        new = dict(row) | {"positive": _cells([d for d, k in zip(docs, take, strict=True) if k], row, "positive")}
+        new = dict(row) | {pos: _cells([d for d, k in zip(docs, take, strict=True) if k], row, pos)}
         if labels is not None:
             one = [1 if r else lab for lab, r in zip(labels, relabel, strict=True)]
             new[plan["labels"]] = _cells([v for v, k in zip(one, take, strict=True) if k], row, plan["labels"])
@@ -385,7 +403,7 @@ def _write_labeled_list(table: Table, plan: Plan, cleaning: Cleaning, source: st
             for d, s in zip(docs, scores or [], strict=False):
                 if d in negative and d in moved:
                     rest = [(t, v) for t, v, k in zip(docs, scores or [], take, strict=True) if k and t in negative]
-                    new = dict(row) | {"positive": _cells([d] + [t for t, _ in rest], row, "positive")}
+                    new = dict(row) | {pos: _cells([d] + [t for t, _ in rest], row, pos)}
                     new[plan["scores"]] = _cells([s] + [v for _, v in rest], row, plan["scores"])
                     out.append(new)
                     changes.append(RowChange(None, query.record.qid, "added", 0, f"relabeled positive {d[:40]!r}"))
@@ -420,7 +438,7 @@ def _write_labeled_pair(table: Table, plan: Plan, cleaning: Cleaning, source: st
         table, cleaning, lambda r: cleaning.by_query.get((str(source), str(r.get(plan["anchor"]))))
     )
     for line, row, query in shaped:
-        label, doc = row.get("label"), str(row["positive"])
+        label, doc = row.get("label"), str(row[plan["positive"]])
         if cell_label(label, "label") == 1 or kept_cells([doc], query.record.negatives)[0]:
             out.append(dict(row))
         elif doc in {p.text for p in query.added}:
@@ -438,15 +456,13 @@ register(
         "ntuple",
         read=load_ntuple,
         write=write_slots(negative_columns),
-        shape=Shape(
-            "anchor|query|question, positive, negative_1..negative_n [, scores] [, qid]", _detect_ntuple, NTUPLE.read
-        ),
+        shape=Shape(f"{PAIR}, negative_1..negative_n [, scores] [, qid]", _detect_ntuple, NTUPLE.read),
     )
 )
 register(
     Format(
         "triplet",
-        shape=Shape("anchor|query|question, positive, negative [, scores]", _detect_triplet, TRIPLET.read),
+        shape=Shape(f"{PAIR}, negative [, scores]", _detect_triplet, TRIPLET.read),
         write=write_slots(lambda row: ["negative"]),
     )
 )
@@ -454,7 +470,7 @@ register(
     Format(
         "labeled_list",
         shape=Shape(
-            "anchor|query|question, positive (list of documents), labels (1/0) or scores (positive first)",
+            f"{PAIR} (list of documents), labels (1/0) or scores (positive first)",
             _detect_labeled_list,
             LABELED_LIST.read,
         ),
@@ -464,9 +480,7 @@ register(
 register(
     Format(
         "labeled_pair",
-        shape=Shape(
-            "anchor|query|question, positive (one document), label (1/0)", _detect_labeled_pair, LABELED_PAIR.read
-        ),
+        shape=Shape(f"{PAIR} (one document), label (1/0)", _detect_labeled_pair, LABELED_PAIR.read),
         write=_write_labeled_pair,
     )
 )
