@@ -290,3 +290,15 @@ def test_min_probability_uses_the_column_only_when_present():
     assert given.descriptor["min_probability"] is None
     with pytest.raises(ValueError, match="min_probability"):
         tdx.clean(ENC_RECORDS, frame, min_probability=1.5)
+
+
+def test_composite_ci_size_limit_from_the_config():
+    """Kills: ``diagnostics.composite.max_negatives`` not passed on, ``null`` not read as no limit,
+    and a YAML default other than the library's."""
+    from transferdx.diagnostics.composite import CompositeSettings
+
+    assert config.semantic_settings(compose_clean()).composite == CompositeSettings()
+    cfg = compose_clean("diagnostics.composite.max_negatives=12")
+    assert config.semantic_settings(cfg).composite.max_negatives == 12
+    cfg = compose_clean("diagnostics.composite.max_negatives=null")
+    assert config.semantic_settings(cfg).composite.max_negatives is None

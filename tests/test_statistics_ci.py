@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 import scipy.stats
 
-from transferdx.auditing.core import audit_records
+from transferdx.auditing.core import SemanticSettings, audit_records
 from transferdx.auditing.profiles import QUANTILES, bootstrap_quantiles
 from transferdx.auditing.report import render_report
-from transferdx.diagnostics.composite import CompositeSettings, composite, composite_bootstrap
+from transferdx.diagnostics.composite import CompositeSettings, ci_resamples, composite, composite_bootstrap
 from transferdx.diagnostics.tokens import alnum
 from transferdx.inputs.records import LoadResult
 from transferdx.resampling import percentile_ci, resample_counts
@@ -375,3 +377,44 @@ def test_composite_ci_resamples_records_not_negatives():
         col = f"composite_{f}"
         neg_low, neg_high = plain_ci(by_negatives[f], 0.95)
         assert row[f"{col}_ci_high"] - row[f"{col}_ci_low"] > 1.5 * (neg_high - neg_low), f
+
+
+def test_a_source_past_max_negatives_gets_its_composite_without_a_ci():
+    """With ``diagnostics.composite.max_negatives`` between the two sources' sizes, only the larger
+    source's composites lose their CI (value unchanged, NaN bounds, ``composite_ci_resamples`` 0);
+    the smaller keeps the same CI bytes as without a limit, every other profile column is unchanged,
+    and the report names the source and the setting. An explicit ``resamples`` applies whatever the
+    size. Kills: a limit on records instead of negatives, one applied to every source or to an
+    explicit ``resamples``, and a skipped CI that shows without a word."""
+    assert [ci_resamples(n, 300, CompositeSettings(max_negatives=30)) for n in (29, 30, 31)] == [300, 300, 0]
+    assert ci_resamples(10**9, 300, CompositeSettings(max_negatives=None)) == 300
+    assert ci_resamples(10**9, 300, CompositeSettings(resamples=7, max_negatives=30)) == 7
+    with pytest.raises(ValueError, match="max_negatives"):
+        CompositeSettings(max_negatives=0)
+
+    def profile(**composite: Any) -> pd.DataFrame:
+        semantic = SemanticSettings(composite=CompositeSettings(**composite))
+        result = audit_records(_loaded(), alnum, encoder=HashEncoder(), seed=4, resamples=300, semantic=semantic)
+        return result.profile.to_frame().set_index("source")
+
+    full = profile(max_negatives=None)
+    small, large = full["n_negatives"].astype(int).sort_values().index
+    limit = int(full.loc[small, "n_negatives"])
+    assert limit < int(full.loc[large, "n_negatives"])
+    cut = profile(max_negatives=limit)
+    ci = [c for c in full.columns if c.startswith("composite_") and "_ci_" in c and c != "composite_ci_resamples"]
+    assert cut.loc[large, ci].isna().all() and full.loc[large, ci].notna().all()
+    assert cut.loc[small, ci].to_numpy().tobytes() == full.loc[small, ci].to_numpy().tobytes()
+    assert list(cut["composite_ci_resamples"]) == [0 if s == large else 300 for s in cut.index]
+    rest = [c for c in full.columns if c not in ci and c != "composite_ci_resamples"]
+    assert cut[rest].to_csv() == full[rest].to_csv()
+    forced = profile(max_negatives=limit, resamples=300)
+    assert forced[ci].to_numpy().tobytes() == full[ci].to_numpy().tobytes()
+
+    settings = {"bootstrap_resamples": 300, "composite_ci_max_negatives": limit}
+    semantic = SemanticSettings(composite=CompositeSettings(max_negatives=limit))
+    report = render_report(
+        audit_records(_loaded(), alnum, encoder=HashEncoder(), seed=4, resamples=300, semantic=semantic), settings
+    )
+    assert f"No composite CI for {large} (" in report and f"max_negatives = {limit:,}" in report
+    assert "No composite CI" not in render_report(audit_records(_loaded(), alnum, encoder=HashEncoder()), settings)

@@ -309,19 +309,24 @@ def semantic_settings(cfg: DictConfig) -> SemanticSettings:
 
 def composite_settings(node: Any) -> CompositeSettings:
     """``diagnostics.composite``: ε and the exponents (floats), ``resamples`` (null: the audit's
-    bootstrap.resamples; 0: no CI); unknown keys are an error."""
+    bootstrap.resamples; 0: no CI), ``max_negatives`` (with resamples null, larger sources get no
+    CI; null: no limit); unknown keys are an error."""
     from transferdx.diagnostics.composite import CompositeSettings
 
     values = dict(plain_config(node)) if OmegaConf.is_config(node) else dict(node)
-    valid = {"eps", "exp_rho", "exp_eta", "exp_psi", "zero_tol", "chunk", "resamples"}
+    valid = {"eps", "exp_rho", "exp_eta", "exp_psi", "zero_tol", "chunk", "resamples", "max_negatives"}
     unknown = sorted(set(values) - valid)
     if unknown:
         raise ValueError(f"unknown diagnostics.composite settings {unknown}; valid: {sorted(valid)}")
-    fields: dict[str, Any] = {k: float(v) for k, v in values.items() if k not in ("chunk", "resamples")}
+    fields: dict[str, Any] = {
+        k: float(v) for k, v in values.items() if k not in ("chunk", "resamples", "max_negatives")
+    }
     if "chunk" in values:
         fields["chunk"] = int(values["chunk"])
     if values.get("resamples") is not None:
         fields["resamples"] = int(values["resamples"])
+    if "max_negatives" in values:
+        fields["max_negatives"] = None if values["max_negatives"] is None else int(values["max_negatives"])
     return CompositeSettings(**fields)
 
 

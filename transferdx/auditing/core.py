@@ -22,7 +22,7 @@ from transferdx.auditing.profiles import (
     flag_thresholds,
     profile_sources,
 )
-from transferdx.diagnostics.composite import CompositeSettings, composite_with_ci, weights
+from transferdx.diagnostics.composite import CompositeSettings, ci_resamples, composite_with_ci, weights
 from transferdx.diagnostics.fn_combined import agreement, load_combined
 from transferdx.diagnostics.lexical import coverage_bucket, negative_residuality
 from transferdx.diagnostics.other_positive import other_positive
@@ -501,11 +501,11 @@ def _semantic(
     w = weights(neg["rho"], neg["eta"], negatives["psi"].to_numpy(dtype=np.float64), s.composite)
     neg_source = negatives["source"].to_numpy()
     rec_source = per_record["source"].to_numpy()
-    n_resamples = resamples if s.composite.resamples is None else s.composite.resamples
     composites: dict[str, dict[str, Any]] = {}
     for name in sorted(set(neg_source)):
         mask = np.flatnonzero(neg_source == name)
         rec_rows = np.flatnonzero(rec_source == name)  # the source's records, in profile order
+        n_resamples = ci_resamples(len(mask), resamples, s.composite)
         estimates = composite_with_ci(
             e_q.take(owner[mask]),
             e_p.take(owner[mask]),
@@ -521,6 +521,7 @@ def _semantic(
             composites[name][f"composite_{form}"] = est.value
             composites[name][f"composite_{form}_ci_low"] = est.ci_low
             composites[name][f"composite_{form}_ci_high"] = est.ci_high
+        composites[name]["composite_ci_resamples"] = n_resamples
         composites[name]["embedding_dim"] = int(q_vec.shape[1])
     return composites
 

@@ -130,6 +130,24 @@ def _with_ci(frame: pd.DataFrame, stats: list[tuple[str, str, str]], fmt: str = 
     return out
 
 
+def _composite_ci_note(frame: pd.DataFrame, settings: Mapping[str, Any]) -> list[str]:
+    """Which sources' composites show without a CI because they are too large for its bootstrap
+    (``diagnostics.composite.max_negatives``), and how to ask for it anyway."""
+    if "composite_ci_resamples" not in frame or not settings.get("bootstrap_resamples"):
+        return []
+    skipped = frame[(frame["composite_ci_resamples"] == 0) & (frame["n_negatives"] > 0)]
+    limit = settings.get("composite_ci_max_negatives")
+    if not len(skipped) or limit is None:
+        return []
+    names = ", ".join(f"{s} ({n:,} negatives)" for s, n in zip(skipped["source"], skipped["n_negatives"], strict=True))
+    return [
+        "",
+        f"No composite CI for {names}: more than diagnostics.composite.max_negatives = {int(limit):,} negatives,"
+        " where its bootstrap takes about resamples × negatives × 3.3e-6 s on 2 cores. Set"
+        " diagnostics.composite.resamples to compute it anyway.",
+    ]
+
+
 def render_report(result: AuditResult, settings: Mapping[str, Any]) -> str:
     """report.md: settings, profile tables, flags with reasons, descriptors, exclusions, plots."""
     profile = result.profile
@@ -200,6 +218,7 @@ def render_report(result: AuditResult, settings: Mapping[str, Any]) -> str:
             _markdown_table(frame[band_cols]),
             "",
             _markdown_table(_with_ci(frame, COMPOSITE_STATS, ".4f")),
+            *_composite_ci_note(frame, settings),
             "",
             "![band shares per source](bands.png)",
             "",

@@ -37,12 +37,28 @@ class CompositeSettings:
     # bootstrap resamples of the composite's CI: None = the audit's; 0 = no CI (the value alone; at
     # MS MARCO scale the bootstrap costs resamples × records × d² flops)
     resamples: int | None = None
+    # with resamples None: a source with more negatives than this gets the value alone (its CI would
+    # take about resamples × negatives × 3.3e-6 s on 2 cores: 3 min at 50,000 and 1,000 resamples,
+    # 55 min at 10⁶; benchmarks/bench_composite.py); None = no limit. An explicit resamples applies
+    # whatever the size.
+    max_negatives: int | None = 50_000
 
     def __post_init__(self) -> None:
         if not self.eps > 0:
             raise ValueError(f"composite ε must be > 0, got {self.eps}")
         if self.resamples is not None and self.resamples < 0:
             raise ValueError(f"composite resamples must be ≥ 0 (0: no CI), got {self.resamples}")
+        if self.max_negatives is not None and self.max_negatives < 1:
+            raise ValueError(f"composite max_negatives must be ≥ 1 or null (no limit), got {self.max_negatives}")
+
+
+def ci_resamples(n_negatives: int, resamples: int, s: CompositeSettings) -> int:
+    """The resamples of one source's composite CI: ``s.resamples`` when it is set; else the audit's
+    ``resamples``, or 0 (the value alone) when the source has more than ``s.max_negatives``
+    negatives. Range: 0 … max(resamples, s.resamples)."""
+    if s.resamples is not None:
+        return s.resamples
+    return 0 if s.max_negatives is not None and n_negatives > s.max_negatives else resamples
 
 
 def residuals(e_q: np.ndarray, e_p: np.ndarray, e_n: np.ndarray, zero_tol: float = 1e-6) -> np.ndarray:

@@ -71,6 +71,10 @@ def recorded_settings(options: AuditOptions, encoder: EmbeddingCache | None, sam
             background_size=semantic.background_size,
             composite_eps=semantic.composite.eps,
         )
+        if semantic.composite.resamples is None:  # the audit's resamples, up to a size (None: any)
+            settings["composite_ci_max_negatives"] = semantic.composite.max_negatives
+        else:
+            settings["composite_resamples"] = semantic.composite.resamples
     return settings
 
 
