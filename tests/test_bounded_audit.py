@@ -123,6 +123,19 @@ def test_csv_written_in_row_chunks_is_csv_text(tmp_path):
     assert not list(tmp_path.glob(".*.tmp"))
 
 
+def test_a_long_table_is_written_with_a_progress_bar(tmp_path, monkeypatch, capsys):
+    """Kills: millions of rows written without a word (and a bar that changes the bytes)."""
+    import transferdx.artifacts as artifacts
+
+    frame = pd.DataFrame({"qid": [f"q{i}" for i in range(9)], "x": np.arange(9) / 7})
+    atomic_write_csv(tmp_path / "quiet.csv", frame, chunk_rows=4)
+    assert "write quiet.csv" not in capsys.readouterr().err
+    monkeypatch.setattr(artifacts, "PROGRESS_ROWS", 5)
+    path = atomic_write_csv(tmp_path / "long.csv", frame, chunk_rows=4)
+    assert "write long.csv" in capsys.readouterr().err
+    assert path.read_bytes() == csv_text(frame).encode("utf-8")
+
+
 @pytest.mark.slow
 def test_dl19_chunked_audit_writes_the_bytes_of_the_whole_one(data, tmp_path):
     """TREC-DL19, six runs, frozen MiniLM, in-batch loss on: scored in one chunk (the in-memory

@@ -418,3 +418,19 @@ def test_a_source_past_max_negatives_gets_its_composite_without_a_ci():
     )
     assert f"No composite CI for {large} (" in report and f"max_negatives = {limit:,}" in report
     assert "No composite CI" not in render_report(audit_records(_loaded(), alnum, encoder=HashEncoder()), settings)
+
+
+def test_long_scoring_and_composite_ci_show_progress_bars(monkeypatch, capsys):
+    """Past their thresholds the per-negative scoring and each source's composite CI show a bar on
+    stderr (named, counting negatives and resamples); below them, none, and the profile is the same
+    bytes either way. Kills: an audit of millions of negatives silent for many minutes."""
+    import transferdx.auditing.core as core
+
+    quiet = audit_records(_loaded(), alnum, encoder=HashEncoder(), seed=4, resamples=50).profile.to_frame()
+    assert "score negatives" not in capsys.readouterr().err
+    monkeypatch.setattr(core, "PROGRESS_MIN", 1)
+    monkeypatch.setattr(core, "COMPOSITE_PROGRESS_MIN", 1)
+    shown = audit_records(_loaded(), alnum, encoder=HashEncoder(), seed=4, resamples=50).profile.to_frame()
+    err = capsys.readouterr().err
+    assert "score negatives" in err and "composite CI a" in err and "composite CI b" in err
+    assert shown.to_csv(index=False) == quiet.to_csv(index=False)

@@ -128,13 +128,25 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
+# a table of at least this many rows is written with a progress bar
+PROGRESS_ROWS = 500_000
+
+
 def atomic_write_csv(path: str | Path, frame: Any, chunk_rows: int = 100_000) -> Path:
     """Write ``frame`` as :func:`csv_text` would (the same bytes) through :func:`atomic_file`,
-    ``chunk_rows`` rows at a time, so a table of millions of rows is never one string."""
-    with atomic_file(path, "w") as handle:
+    ``chunk_rows`` rows at a time, so a table of millions of rows is never one string (with a
+    progress bar from :data:`PROGRESS_ROWS` rows)."""
+    from tqdm.auto import tqdm
+
+    quiet = len(frame) < PROGRESS_ROWS
+    with (
+        atomic_file(path, "w") as handle,
+        tqdm(total=len(frame), desc=f"write {Path(path).name}", unit="row", disable=quiet, leave=False) as bar,
+    ):
         for start in range(0, max(len(frame), 1), chunk_rows):
             part = frame.iloc[start : start + chunk_rows]
             part.to_csv(handle, index=False, header=start == 0, lineterminator="\n")
+            bar.update(len(part))
     return Path(path)
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from tqdm.auto import tqdm
 
 from transferdx.artifacts import content_hash
 from transferdx.auditing.fn_eval import eval_frame, fn_evaluation, labels
@@ -24,7 +25,7 @@ from transferdx.auditing.profiles import (
 )
 from transferdx.diagnostics.composite import CompositeSettings, ci_resamples, composite_with_ci, weights
 from transferdx.diagnostics.fn_combined import agreement, load_combined
-from transferdx.diagnostics.lexical import coverage_bucket, negative_residuality
+from transferdx.diagnostics.lexical import PROGRESS_MIN, coverage_bucket, negative_residuality
 from transferdx.diagnostics.other_positive import other_positive
 from transferdx.diagnostics.prior import adjust, em_prior_ci
 from transferdx.diagnostics.rows import IndexedRows
@@ -512,7 +513,14 @@ def _semantic(
             e_n.take(mask),
             w[mask],
             np.searchsorted(rec_rows, owner[mask]),
-            resample_counts(len(rec_rows), bootstrap_rng(seed, per_record["qid"].to_numpy()[rec_rows]), n_resamples),
+            _shown(
+                resample_counts(
+                    len(rec_rows), bootstrap_rng(seed, per_record["qid"].to_numpy()[rec_rows]), n_resamples
+                ),
+                n_resamples,
+                f"composite CI {name}",
+                n_resamples * len(mask) >= COMPOSITE_PROGRESS_MIN,
+            ),
             confidence,
             s.composite,
         )
@@ -524,6 +532,18 @@ def _semantic(
         composites[name]["composite_ci_resamples"] = n_resamples
         composites[name]["embedding_dim"] = int(q_vec.shape[1])
     return composites
+
+
+# the composite CI shows a progress bar from this many resamples × negatives (about 30 s on 2 cores)
+COMPOSITE_PROGRESS_MIN = 10_000_000
+
+
+def _shown(chunks: Iterable[np.ndarray], total: int, desc: str, show: bool) -> Iterator[np.ndarray]:
+    """``chunks`` of resamples as they come, with a progress bar of ``total`` resamples when ``show``."""
+    with tqdm(total=total, desc=desc, unit="resample", disable=not show, leave=False) as bar:
+        for chunk in chunks:
+            yield chunk
+            bar.update(len(chunk))
 
 
 def _chunked_scores(
@@ -545,6 +565,7 @@ def _chunked_scores(
     neg: dict[str, np.ndarray] = {}
     rec: dict[str, np.ndarray] = {}
     a = 0
+    bar = tqdm(total=n_neg, desc="score negatives", unit="negative", disable=n_neg < PROGRESS_MIN, leave=False)
     while a < n_rec:
         b = max(a + 1, int(np.searchsorted(starts, starts[a] + s.chunk_negatives, side="right")) - 1)
         b = min(b, n_rec)
@@ -563,7 +584,9 @@ def _chunked_scores(
             if key not in rec:
                 rec[key] = np.empty(n_rec, dtype=values.dtype)
             rec[key][a:b] = values
+        bar.update(hi - lo)
         a = b
+    bar.close()
     return neg, rec
 
 
