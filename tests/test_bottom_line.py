@@ -325,3 +325,43 @@ def test_the_shipped_evidence_is_what_the_committed_results_say():
     assert ship.text(ship.evidence()) == EVIDENCE.read_text(encoding="utf-8")
     psi = evidence()["psi_rank_agreement"]
     assert (psi["n_sources"], psi["n_genuine"]) == (11, 4) and psi["interval_all"][0] <= psi["spearman_all"]
+
+
+@pytest.mark.parametrize("estimate", [0.40, 0.95])
+def test_no_expected_precision_where_the_prior_estimate_is_above_the_training_share(estimate):
+    """A source whose estimated share of false negatives is above the detectors' training share (it
+    was not applied) gets no "expected precision on this file" and no expected count of false
+    negatives among the suspects left to review: the mean fn_probability overstated precision there
+    (mined_check.md: 0.644 right against a mean of 0.836 on DL21). Below it, both are stated.
+    Kills: a precision for the user's file that does not hold on it."""
+    row = {
+        "source": "s",
+        "kind": "genuine",
+        "n_records": 50,
+        "n_negatives": 200,
+        "rho_mean": 0.6,
+        "inversion_rate": 0.3,
+        "psi_mean": 0.5,
+        "fn_suspect_rate": 0.2,
+        "fn_prior": estimate,
+        "fn_prior_ci_low": estimate - 0.05,
+        "fn_prior_ci_high": estimate + 0.03,
+        "fn_prior_applied": min(estimate, 0.55),
+    }
+    facts = SourceFacts(
+        n_negatives=200,
+        n_suspects=40,
+        n_act=12,
+        n_copies=0,
+        n_near_copies=2,
+        n_probable=10,
+        n_positive_aware=30,
+        expected_precision=0.86,
+        review_expected=0.61,
+    )
+    text = "\n".join(verdict_lines([row], {}, {}, facts={"s": facts}))
+    above = estimate > 0.55
+    assert ("expected precision on this file 0.86" in text) is not above
+    assert ("about 17 of them are expected to be false negatives" in text) is not above
+    assert ("not estimated on this file" in text) is above
+    assert "41 have" not in text and "10 have fn_probability ≥ 0.80" in text

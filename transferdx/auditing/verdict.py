@@ -347,17 +347,36 @@ def _probability_precision() -> str:
     )
 
 
+# why the verdict states no expected precision for a source whose false-negative share is above the
+# detectors' training share (prior_above_training)
+UNESTIMATED = (
+    "its share of false negatives is above the detectors' training share (below), where their mean"
+    " fn_probability overstated precision (a file mined with all-MiniLM-L6-v2 on TREC-DL21: 0.644 right"
+    " against a mean of 0.836)"
+)
+
+
+def prior_above_training(row: Mapping[str, Any]) -> bool:
+    """The source's estimated share of false negatives is above the detectors' training share, so it
+    was not applied (:func:`prior_sentence`). There the mean ``fn_probability`` is no estimate of
+    precision: on files mined with the audit's own encoder, where this happens, ``fn_probability`` ≥
+    0.80 was right 0.644 of the time on DL21 against a mean of 0.836
+    (experiments/results/fn_years/mined_check.md)."""
+    value, applied = _num(row, "fn_prior"), _num(row, "fn_prior_applied")
+    return not math.isnan(value) and not math.isnan(applied) and applied < value
+
+
 def prior_sentence(row: Mapping[str, Any]) -> str | None:
     """The source's estimated share of false negatives, or None when not estimated."""
     value, applied = _num(row, "fn_prior"), _num(row, "fn_prior_applied")
     if math.isnan(value):
         return None
-    if not math.isnan(applied) and applied < value:
+    if prior_above_training(row):
         return (
             f"the estimate of its share of false negatives, {_ci(row, 'fn_prior')}, is above the detectors' training"
             f" share {applied:.3f}, where it is not reliable (on files mined with the audit's own encoder it went to"
             " 1.000 against a true 0.56–0.64), so fn_probability is not raised to it: it stays calibrated at the"
-            " training share, and this file's rate is likely above that"
+            " training share, and this file's rate is not estimated"
         )
     return (
         f"its estimated share of false negatives is {_ci(row, 'fn_prior')} (EM prior adjustment; fn_probability is"
@@ -491,11 +510,11 @@ def _clean(row: Mapping[str, Any], ctx: Context) -> Finding | None:
     if f.n_near_copies is not None:
         parts.append(f"{f.n_near_copies} are near-copies of one (s(p0,n) ≥ δ; {_precision('near_duplicate_positive')})")
     if f.n_probable is not None:
-        expected = (
-            f"; expected precision on this file {f.expected_precision:.2f}, their mean fn_probability"
-            if f.expected_precision is not None
-            else ""
-        )
+        expected = ""
+        if f.expected_precision is not None and prior_above_training(row):
+            expected = f"; not estimated on this file: {UNESTIMATED}"
+        elif f.expected_precision is not None:
+            expected = f"; expected precision on this file {f.expected_precision:.2f}, their mean fn_probability"
         parts.append(
             f"{f.n_probable} have fn_probability ≥ {MIN_PROBABILITY:.2f} ({_probability_precision()}{expected})"
         )
@@ -530,7 +549,10 @@ def _review(row: Mapping[str, Any], ctx: Context) -> Finding | None:
             f"{_share(rest, f.n_negatives)} are suspects that default cleaning leaves in place: the suspicion"
             f" rule's {_precision('default_rule')}"
             + (
-                f"; on this file their mean fn_probability is {f.review_expected:.2f}, so about"
+                "; how many are false negatives is not estimated on this file, whose share of false negatives is"
+                " above the detectors' training share (below)"
+                if f.review_expected is not None and prior_above_training(row)
+                else f"; on this file their mean fn_probability is {f.review_expected:.2f}, so about"
                 f" {round(f.review_expected * rest)} of them are expected to be false negatives"
                 if f.review_expected is not None
                 else ", so most of them are ordinary hard negatives"
