@@ -151,3 +151,24 @@ def test_minilm_matches_plain_sentence_transformers(tmp_path):
     plain = SentenceTransformer(location, device="cpu").encode(texts, normalize_embeddings=True)
     np.testing.assert_allclose(ours, plain, atol=1e-5)
     assert c.encoded_texts == 3  # the duplicate was encoded once
+
+
+@pytest.mark.parametrize("rows", [1, 7, 4096])
+def test_normalise_in_blocks_gives_the_bytes_of_one_call(rows, monkeypatch):
+    """Kills: a blocked normalisation that moves a vector by a rounding (every cached audit's bytes
+    would change), and a zero row that is not zero afterwards."""
+    import transferdx.embed.encoder as encoder
+
+    x = np.random.default_rng(3).standard_normal((10_001, 384)).astype(np.float32)
+    x[0] = 0.0
+    x[5, 2] = np.inf
+    ref = x.copy()
+    norms = np.linalg.norm(ref, axis=1, keepdims=True)
+    with np.errstate(invalid="ignore"):
+        np.divide(ref, norms, out=ref, where=norms > 0)
+    ref[~(norms[:, 0] > 0)] = 0.0
+    monkeypatch.setattr(encoder, "NORMALISE_ROWS", rows)
+    with np.errstate(invalid="ignore"):
+        got = encoder.normalise(x.copy())
+    assert got.tobytes() == ref.tobytes()
+    assert not got[0].any()

@@ -173,9 +173,18 @@ class Encoder:
             self._pool = None
 
 
+# rows normalised at a time: ``np.linalg.norm`` squares its whole input first, so one call on every
+# vector would hold a second n × d array (1.5 GB for 10⁶ passages at d = 384)
+NORMALISE_ROWS = 65_536
+
+
 def normalise(vectors: np.ndarray) -> np.ndarray:
-    """e = f / ‖f‖ row-wise, in place (a zero vector stays zero): no second n × d copy."""
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    np.divide(vectors, norms, out=vectors, where=norms > 0)
-    vectors[~(norms[:, 0] > 0)] = 0.0  # zero (or non-finite) rows become zero
+    """e = f / ‖f‖ row-wise, in place (a zero vector stays zero), :data:`NORMALISE_ROWS` rows at a
+    time: no second n × d copy. Each row's norm is its own reduction, so the blocks give the bytes
+    of one call."""
+    for start in range(0, len(vectors), NORMALISE_ROWS):
+        block = vectors[start : start + NORMALISE_ROWS]
+        norms = np.linalg.norm(block, axis=1, keepdims=True)
+        np.divide(block, norms, out=block, where=norms > 0)
+        block[~(norms[:, 0] > 0)] = 0.0  # zero (or non-finite) rows become zero
     return vectors
