@@ -29,7 +29,9 @@ shard's work file), N map tasks (each reads its work file, not the input, and en
 folder the maps share, cold at first), then the reduce. It prints, beside the one-process audit,
 the plan's peak RSS and wall, the largest map's, the maps' summed wall (one machine) and the
 reduce's, and checks that the reduce wrote the one-process bytes (HashEncoder's vectors do not
-depend on the batch, so here the caches may differ).
+depend on the batch, so here the caches may differ). Goal (issue 35): the largest map and the reduce
+each within 1.5 GB beyond the vectors they hold (the map: its shard's distinct queries and passages,
+from its marker; the reduce: every distinct text), one PASS/FAIL line each.
 
     python benchmarks/bench_scale.py [--scales 2500,10000,25000] [--sources 14] [--k 8]
     python benchmarks/bench_scale.py --semantic 100000,1000000,5000000
@@ -54,6 +56,7 @@ N_QUERIES = 25_000
 VOCAB = 2_000
 GOAL_RECORDS, GOAL_RSS_GB, GOAL_SECONDS = 25_000, 2.0, 60.0
 SEM_SOURCES, SEM_K, SEM_DIM, SEM_GOAL_NEGATIVES, SEM_GOAL_GB = 4, 8, 384, 5_000_000, 8.0
+SHARD_GOAL_GB = 1.5  # issue 35: a map's or the reduce's peak beyond the vectors it holds
 
 
 class HashEncoder:
@@ -141,13 +144,15 @@ def semantic_child(folder: str, lexical: bool, shard: str | None = None) -> None
         semantic = SemanticSettings(composite=dataclasses.replace(CompositeSettings(), resamples=0))
     kw = {"semantic": semantic} if semantic else {}
     audited = 0  # negatives in the artifacts written (a plan or a map writes none)
+    texts = 0  # a map: the distinct queries and passages of its shard (the vectors it holds)
     if shard is None:
         result = tdx.audit(folder, encoder=encoder, controls="none", **kw)
         result.save(Path(folder) / ("out-lexical" if lexical else "out"))
         audited = len(result.negatives)
     elif (which := shard.split("/")[0]).isdigit():  # a map task as audit.stage=all launches one: its work file
         plan = ShardPlan(Path(Path(folder, "plan.txt").read_text().strip()), int(shard.split("/")[1]))
-        encode_shard_work(plan.work(int(which)), encoder)
+        marker = encode_shard_work(plan.work(int(which)), encoder)
+        texts = int(marker["queries"]) + int(marker["passages"])
     else:
         prepared = tdx.pipeline.prepare_audit(folder, encoder=encoder, controls="none", **kw)
         plan = shard_plan(prepared, int(shard.split("/")[1]), cache)
@@ -161,7 +166,11 @@ def semantic_child(folder: str, lexical: bool, shard: str | None = None) -> None
             audited = len(result.negatives)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"wall_s": wall, "cpu_s": cpu, "peak_mb": peak_kb / 1024, "negatives_audited": audited}))
+    print(
+        json.dumps(
+            {"wall_s": wall, "cpu_s": cpu, "peak_mb": peak_kb / 1024, "negatives_audited": audited, "texts": texts}
+        )
+    )
 
 
 def run_child(args: list[str]) -> dict[str, float]:
@@ -181,10 +190,13 @@ def sharded(tmp: str, shards: int) -> dict[str, float]:
     for name in ("profile.csv", "records.csv", "negatives.csv", "suspects.csv"):
         if (Path(tmp) / "out" / name).read_bytes() != (Path(tmp) / "out-sharded" / name).read_bytes():
             raise SystemExit(f"the {shards}-shard audit's {name} differs from the one-process audit's")
+    largest = max(maps, key=lambda m: m["peak_mb"])
     return {
         "plan_peak_mb": plan["peak_mb"],
         "plan_wall_s": plan["wall_s"],
-        "map_peak_mb": max(m["peak_mb"] for m in maps),
+        "map_peak_mb": largest["peak_mb"],
+        "map_texts": largest["texts"],
+        "map_vectors_mb": largest["texts"] * SEM_DIM * 4 / 2**20,
         "map_wall_max_s": max(m["wall_s"] for m in maps),
         "map_wall_sum_s": sum(m["wall_s"] for m in maps),
         "reduce_peak_mb": reduce["peak_mb"],
@@ -236,6 +248,17 @@ def semantic_main(scales: list[int], with_lexical: bool, json_path: str | None, 
     if json_path:
         Path(json_path).write_text(json.dumps(rows, indent=2) + "\n")
     goal = [r for r in rows if r["negatives"] >= SEM_GOAL_NEGATIVES * 0.99]
+    for r in rows if shards else []:  # issue 35: each map and the reduce within 1.5 GB beyond its vectors
+        for step, peak, vec in (
+            ("largest map", r["map_peak_mb"], r["map_vectors_mb"]),
+            ("reduce", r["reduce_peak_mb"], r["vectors_gb"] * 1024),
+        ):
+            beyond = (peak - vec) / 1024
+            print(
+                f"{'PASS' if beyond <= SHARD_GOAL_GB else 'FAIL'}: {r['negatives']:,} negatives, {step}: peak"
+                f" {peak / 1024:.2f} GB, {beyond:.2f} GB beyond its vectors ({vec / 1024:.2f} GB;"
+                f" goal <= {SHARD_GOAL_GB} GB)"
+            )
     if goal:
         ok = goal[-1]["peak_mb"] / 1024 <= SEM_GOAL_GB
         print(
