@@ -565,28 +565,27 @@ def _chunked_scores(
     neg: dict[str, np.ndarray] = {}
     rec: dict[str, np.ndarray] = {}
     a = 0
-    bar = tqdm(total=n_neg, desc="score negatives", unit="negative", disable=n_neg < PROGRESS_MIN, leave=False)
-    while a < n_rec:
-        b = max(a + 1, int(np.searchsorted(starts, starts[a] + s.chunk_negatives, side="right")) - 1)
-        b = min(b, n_rec)
-        lo, hi = int(starts[a]), int(starts[b])
-        q, p, k = e_q[a:b], e_p[a:b], counts[a:b]
-        n_c = e_n[lo:hi]
-        chunk_neg, chunk_rec = record_scores(
-            q, p, n_c, k, s.tau, background, s.cuts, extra[a:b] if extra is not None else None
-        )
-        chunk_neg["s_pn"] = np.einsum("ij,ij->i", np.repeat(p, k, axis=0), n_c) if hi > lo else np.zeros(0)
-        for key, values in chunk_neg.items():
-            if key not in neg:
-                neg[key] = np.empty(n_neg, dtype=values.dtype)
-            neg[key][lo:hi] = values
-        for key, values in chunk_rec.items():
-            if key not in rec:
-                rec[key] = np.empty(n_rec, dtype=values.dtype)
-            rec[key][a:b] = values
-        bar.update(hi - lo)
-        a = b
-    bar.close()
+    with tqdm(total=n_neg, desc="score negatives", unit="negative", disable=n_neg < PROGRESS_MIN, leave=False) as bar:
+        while a < n_rec:
+            b = max(a + 1, int(np.searchsorted(starts, starts[a] + s.chunk_negatives, side="right")) - 1)
+            b = min(b, n_rec)
+            lo, hi = int(starts[a]), int(starts[b])
+            q, p, k = e_q[a:b], e_p[a:b], counts[a:b]
+            n_c = e_n[lo:hi]
+            chunk_neg, chunk_rec = record_scores(
+                q, p, n_c, k, s.tau, background, s.cuts, extra[a:b] if extra is not None else None
+            )
+            chunk_neg["s_pn"] = np.einsum("ij,ij->i", np.repeat(p, k, axis=0), n_c) if hi > lo else np.zeros(0)
+            for key, values in chunk_neg.items():
+                if key not in neg:
+                    neg[key] = np.empty(n_neg, dtype=values.dtype)
+                neg[key][lo:hi] = values
+            for key, values in chunk_rec.items():
+                if key not in rec:
+                    rec[key] = np.empty(n_rec, dtype=values.dtype)
+                rec[key][a:b] = values
+            bar.update(hi - lo)
+            a = b
     return neg, rec
 
 

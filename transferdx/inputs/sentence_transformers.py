@@ -75,15 +75,22 @@ PAIR = f"{'|'.join(ANCHORS)} (or any name, first), {'|'.join(POSITIVES)} (or any
 # ---------------------------------------------------------------------------------------------
 
 
-def _ntuple_plan(columns: Sequence[str]) -> Plan:
-    anchor, positive = pair_columns(columns) or ("query", "positive")
-    return {"anchor": anchor, "positive": positive, "scores": "scores" in columns, "qid": "qid" in columns}
+def _pair_plan(columns: Sequence[str]) -> Plan | None:
+    """``{"anchor": ..., "positive": ...}`` from :func:`pair_columns`, the start of every shape's plan."""
+    pair = pair_columns(columns)
+    return None if pair is None else {"anchor": pair[0], "positive": pair[1]}
+
+
+def _ntuple_plan(columns: Sequence[str], pair: Plan | None = None) -> Plan:
+    pair = pair or _pair_plan(columns) or {"anchor": "query", "positive": "positive"}
+    return pair | {"scores": "scores" in columns, "qid": "qid" in columns}
 
 
 def _detect_ntuple(columns: Sequence[str]) -> Plan | None:
-    if pair_columns(columns) is None or not negative_columns(columns):
+    pair = _pair_plan(columns)
+    if pair is None or not negative_columns(columns):
         return None
-    return _ntuple_plan(columns)
+    return _ntuple_plan(columns, pair)
 
 
 def _row_ntuple(row: Mapping[str, Any], plan: Plan, text_cells: bool) -> Row:
@@ -170,10 +177,10 @@ def keep_rows(
 
 
 def _detect_triplet(columns: Sequence[str]) -> Plan | None:
-    pair = pair_columns(columns)
+    pair = _pair_plan(columns)
     if pair is None or "negative" not in columns:
         return None
-    return {"anchor": pair[0], "positive": pair[1], "scores": "scores" in columns, "qid": "qid" in columns}
+    return pair | {"scores": "scores" in columns, "qid": "qid" in columns}
 
 
 def _row_triplet(row: Mapping[str, Any], plan: Plan, text_cells: bool) -> Row:
@@ -188,10 +195,9 @@ def _row_triplet(row: Mapping[str, Any], plan: Plan, text_cells: bool) -> Row:
 
 
 def _detect_labeled_list(columns: Sequence[str]) -> Plan | None:
-    pair = pair_columns(columns)
-    if pair is None or negative_columns(columns) or "negative" in columns:
+    plan = _pair_plan(columns)
+    if plan is None or negative_columns(columns) or "negative" in columns:
         return None
-    plan = {"anchor": pair[0], "positive": pair[1]}
     if "labels" in columns:
         return plan | {"labels": "labels", "scores": "scores" if "scores" in columns else None}
     if "scores" in columns:
@@ -221,10 +227,8 @@ def _row_labeled_list(row: Mapping[str, Any], plan: Plan, text_cells: bool) -> R
 
 
 def _detect_labeled_pair(columns: Sequence[str]) -> Plan | None:
-    pair = pair_columns(columns)
-    if pair is None or "label" not in columns:
-        return None
-    return {"anchor": pair[0], "positive": pair[1]}
+    plan = _pair_plan(columns)
+    return None if plan is None or "label" not in columns else plan
 
 
 def _row_labeled_pair(row: Mapping[str, Any], plan: Plan, text_cells: bool) -> Row:
