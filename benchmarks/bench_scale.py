@@ -26,12 +26,14 @@ passages within 8 GB.
 ``--shards N`` (with ``--semantic``) also audits each file in N shards (issue 35) as
 ``audit.stage=all`` does with a launcher, each step a fresh subprocess: the plan (load, write every
 shard's work file), N map tasks (each reads its work file, not the input, and encodes into a cache
-folder the maps share, cold at first), then the reduce. It prints, beside the one-process audit,
-the plan's peak RSS and wall, the largest map's, the maps' summed wall (one machine) and the
-reduce's, and checks that the reduce wrote the one-process bytes (HashEncoder's vectors do not
-depend on the batch, so here the caches may differ). Goal (issue 35): the largest map and the reduce
-each within 1.5 GB beyond the vectors they hold (the map: its shard's distinct queries and passages,
-from its marker; the reduce: every distinct text), one PASS/FAIL line each.
+folder the maps share, cold at first), then the reduce. It prints, beside the one-process audit, the
+plan's peak RSS and wall, the largest map's, the maps' summed wall (one machine) and the reduce's;
+the texts all maps request together against the distinct texts (maps split by text hash: equal, so
+maps run at once encode nothing twice) and the largest map's share; and checks that the reduce wrote
+the one-process bytes (HashEncoder's vectors do not depend on the batch, so here the caches may
+differ). Goal (issue 35): the largest map and the reduce each within 1.5 GB beyond the vectors they
+hold (the map: its share of the distinct queries and passages, from its marker; the reduce: every
+distinct text), one PASS/FAIL line each.
 
     python benchmarks/bench_scale.py [--scales 2500,10000,25000] [--sources 14] [--k 8]
     python benchmarks/bench_scale.py --semantic 100000,1000000,5000000
@@ -127,6 +129,7 @@ def semantic_child(folder: str, lexical: bool, shard: str | None = None) -> None
     from transferdx.pipeline.sharding import (
         ShardPlan,
         ShardSettings,
+        collection_texts,
         encode_shard_work,
         run_stage,
         shard_plan,
@@ -144,7 +147,7 @@ def semantic_child(folder: str, lexical: bool, shard: str | None = None) -> None
         semantic = SemanticSettings(composite=dataclasses.replace(CompositeSettings(), resamples=0))
     kw = {"semantic": semantic} if semantic else {}
     audited = 0  # negatives in the artifacts written (a plan or a map writes none)
-    texts = 0  # a map: the distinct queries and passages of its shard (the vectors it holds)
+    texts = 0  # a map: its share of distinct queries and passages (the vectors it holds); the plan: all
     if shard is None:
         result = tdx.audit(folder, encoder=encoder, controls="none", **kw)
         result.save(Path(folder) / ("out-lexical" if lexical else "out"))
@@ -159,6 +162,7 @@ def semantic_child(folder: str, lexical: bool, shard: str | None = None) -> None
         if which == "plan":  # the work files of every shard
             paths = write_shard_work(prepared, plan, range(plan.shards))
             Path(folder, "plan.txt").write_text(str(paths[0].parent))
+            texts = sum(map(len, collection_texts(prepared)))  # the distinct texts the maps share out
         else:
             result = run_stage(prepared, ShardSettings(shards=plan.shards, stage="reduce", cache_dir=cache))
             assert isinstance(result, tdx.Audit)
@@ -196,6 +200,8 @@ def sharded(tmp: str, shards: int) -> dict[str, float]:
         "plan_wall_s": plan["wall_s"],
         "map_peak_mb": largest["peak_mb"],
         "map_texts": largest["texts"],
+        "maps_texts_sum": sum(m["texts"] for m in maps),
+        "distinct_texts": plan["texts"],
         "map_vectors_mb": largest["texts"] * SEM_DIM * 4 / 2**20,
         "map_wall_max_s": max(m["wall_s"] for m in maps),
         "map_wall_sum_s": sum(m["wall_s"] for m in maps),
@@ -249,6 +255,12 @@ def semantic_main(scales: list[int], with_lexical: bool, json_path: str | None, 
         Path(json_path).write_text(json.dumps(rows, indent=2) + "\n")
     goal = [r for r in rows if r["negatives"] >= SEM_GOAL_NEGATIVES * 0.99]
     for r in rows if shards else []:  # issue 35: each map and the reduce within 1.5 GB beyond its vectors
+        print(
+            f"{r['negatives']:,} negatives, maps: {r['maps_texts_sum']:,} texts requested in all"
+            f" ({r['maps_texts_sum'] / r['distinct_texts']:.2f}x the {r['distinct_texts']:,} distinct texts: what maps"
+            f" run at the same time encode), the largest map {r['map_texts']:,}"
+            f" ({r['map_texts'] * shards / r['distinct_texts']:.3f}x an even share)"
+        )
         for step, peak, vec in (
             ("largest map", r["map_peak_mb"], r["map_vectors_mb"]),
             ("reduce", r["reduce_peak_mb"], r["vectors_gb"] * 1024),

@@ -1,9 +1,10 @@
-"""The sharded audit (issue 35): records split by a stable hash of the query id, the encoder's work
-in map tasks that share one embedding cache, one reduce. Its artifacts are the one-process audit's
-bytes over the same vectors, whatever the number of shards, whichever launcher ran the maps (in
-this process, joblib, submitit's local processes, SLURM in tests/test_slurm.py); a map killed
-mid-run is rerun alone and the result is the same bytes; a finished shard is not run again (the
-command-line tests are in tests/test_sharding_cli.py, so that pytest-xdist runs them beside these).
+"""The sharded audit (issue 35): the encoder's work split into map tasks by a stable hash of each
+distinct text (so no two maps encode the same text), one embedding cache shared, one reduce. Its
+artifacts are the one-process audit's bytes over the same vectors, whatever the number of shards,
+whichever launcher ran the maps (in this process, joblib, submitit's local processes, SLURM in
+tests/test_slurm.py); a map killed mid-run is rerun alone and the result is the same bytes; a
+finished shard is not run again (the command-line tests are in tests/test_sharding_cli.py, so that
+pytest-xdist runs them beside these).
 
 "Over the same vectors": a text's vector depends on the batch it was encoded in (which texts share
 it), so a one-process audit on a cold cache differs from a sharded one in the float32 rounding of the
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -26,11 +28,12 @@ from transferdx.pipeline.sharding import (
     ShardsIncomplete,
     audit_shard,
     audit_sharded,
+    collection_texts,
     encode_shard_work,
     reduce_shards,
     shard_of,
     shard_plan,
-    shard_records,
+    text_shares,
     write_shard_work,
 )
 
@@ -50,21 +53,55 @@ def reduce_summary(cache: Path, shards: int) -> dict:
     return next(s for s in found if s["shards"] == shards)
 
 
-def test_shard_of_is_a_stable_partition_by_query():
-    """Golden shards (SHA-256 of the qid, first 8 bytes big-endian, mod N); every record in exactly
-    one shard; a query's records of every source (controls too) in the same one."""
+def test_shard_of_is_a_stable_partition_of_the_distinct_texts():
+    """Golden shards (SHA-256 of the string, first 8 bytes big-endian, mod N). Every distinct query
+    and passage the audit encodes (positives[0], negatives, the background sample) is in exactly one
+    map's share, the one ``shard_of`` names; the shares hold nothing else."""
     assert [shard_of(q, 4) for q in ("1037798", "104861", "q1", "é")] == [0, 2, 2, 3]
     assert [shard_of("1037798", n) for n in (1, 2, 3, 7)] == [0, 0, 1, 5]
     with pytest.raises(ValueError, match="shards must be"):
         shard_of("q", 0)
-    records = tdx.load("demo").records
+    prepared = tdx.pipeline.prepare_audit("demo", encoder=None, controls="none")
+    queries, passages = collection_texts(prepared)
+    records = prepared.loaded.records
+    assert set(queries) == {r.query for r in records} and len(queries) == len(set(queries))
+    assert set(passages) >= {t for r in records for t in (r.positives[0].text, *(n.text for n in r.negatives))}
+    assert len(passages) == len(set(passages))
     for n in (1, 3, 4):
-        parts = [shard_records(records, i, n) for i in range(n)]
-        assert sorted(id(r) for p in parts for r in p) == sorted(id(r) for r in records)
-        homes = {}
-        for i, part in enumerate(parts):
-            for r in part:
-                assert homes.setdefault(r.qid, i) == i
+        shares = text_shares(prepared, n)
+        assert sorted(q for s in shares for q in s.queries) == sorted(queries)
+        assert sorted(p for s in shares for p in s.passages) == sorted(passages)
+        for i, share in enumerate(shares):
+            assert all(shard_of(t, n) == i for t in (*share.queries, *share.passages))
+
+
+def test_maps_running_at_once_encode_each_text_once(tmp_path):
+    """Three maps, each with a cache of its own (as if they ran at the same time and shared nothing):
+    together they encode exactly the texts a one-process audit encodes on a cold cache — no passage
+    twice, though the demo's passages recur across queries and sources."""
+    kw = {"encoder": "static_minilm", "resamples": 20, "controls": "none"}
+    one = tdx.pipeline.prepare_audit("demo", cache_dir=tmp_path / "one", **kw)
+    tdx.pipeline.audit_prepared(one)
+    plan = shard_plan(tdx.pipeline.prepare_audit("demo", cache_dir=tmp_path / "plan", **kw), 3)
+    paths = write_shard_work(tdx.pipeline.prepare_audit("demo", cache_dir=tmp_path / "plan", **kw), plan, [0, 1, 2])
+    encoded = []
+    for i, path in enumerate(paths):
+        own = tdx.pipeline.prepare_audit("demo", cache_dir=tmp_path / f"map{i}", **kw).encoder
+        marker = encode_shard_work(path, own)
+        assert marker["encoded_texts"] == marker["queries"] + marker["passages"] > 0
+        encoded.append(marker["encoded_texts"])
+    assert sum(encoded) == one.encoder.encoded_texts
+    per_query = [  # what maps split by query (before) requested: a shard's queries and every passage they draw
+        {r.query for r in one.loaded.records if shard_of(r.qid, 3) == i}
+        | {
+            t
+            for r in one.loaded.records
+            if shard_of(r.qid, 3) == i
+            for t in (r.positives[0].text, *(n.text for n in r.negatives))
+        }
+        for i in range(3)
+    ]
+    assert sum(map(len, per_query)) > sum(encoded)  # the overlap this split removes
 
 
 @pytest.mark.slow
@@ -81,7 +118,9 @@ def test_dl19_six_runs_in_1_3_4_shards_write_the_one_process_bytes(data, tmp_pat
         result.save(tmp_path / f"shards{n}")
         summary = reduce_summary(cache, n)
         assert summary["reduce_encoded_texts"] == 0
-        assert sum(m["records"] for m in summary["markers"]) == len(result.records)  # the controls' too
+        queries, passages = collection_texts(tdx.pipeline.prepare_audit(loaded, cache_dir=cache, **kw))
+        assert sum(m["queries"] for m in summary["markers"]) == len(queries)  # the controls' too
+        assert sum(m["passages"] for m in summary["markers"]) == len(passages)
     assert sum(m["encoded_texts"] for m in reduce_summary(cache, 3)["markers"]) > 0  # the first maps encoded
     assert all(m["encoded_texts"] == 0 for m in reduce_summary(cache, 4)["markers"])  # the cache had them
     tdx.audit(loaded, cache_dir=cache, **kw).save(tmp_path / "one")
@@ -96,14 +135,15 @@ def test_dl19_six_runs_in_1_3_4_shards_write_the_one_process_bytes(data, tmp_pat
     plan = shard_plan(prepared, 2)
     for path in write_shard_work(prepared, plan, [0, 1]):
         marker = encode_shard_work(path, prepared.encoder)
-        assert marker["reused"] is False and marker["negatives"] > 0
+        assert marker["reused"] is False and marker["passages"] > 0
     reduce_shards(prepared, plan).save(tmp_path / "work2")
     same_bytes(tmp_path / "one", tmp_path / "work2")
 
 
 def test_the_reduce_names_missing_shards_and_a_changed_input_invalidates_its_shard(tmp_path):
-    """Lexical audit (no encoder): markers still say which shards ran; a shard whose records changed
-    is missing again, the others are kept."""
+    """Lexical audit (no encoder): markers still say which shards ran. Dropping a negative whose text
+    occurs once in the collection makes the shard that held it missing again, the others are kept;
+    reordering the records changes no share."""
     records = tdx.load("demo").records
     kw = {"encoder": None, "semantic": None, "resamples": 50, "cache_dir": tmp_path, "controls": "none"}
     prepared = tdx.pipeline.prepare_audit(records, **kw)
@@ -113,11 +153,19 @@ def test_the_reduce_names_missing_shards_and_a_changed_input_invalidates_its_sha
     one = tdx.audit(records, **kw)
     sharded = audit_sharded(records, shards=3, **kw)
     pd.testing.assert_frame_equal(one.profile, sharded.profile)
+    reordered = tdx.pipeline.prepare_audit(list(reversed(records)), **kw)
+    reduce_shards(reordered, shard_plan(reordered, 3, tmp_path))  # every marker still matches
+    uses = Counter(
+        t for r in records for t in (r.query, *(p.text for p in r.positives), *(n.text for n in r.negatives))
+    )
+    victim, k = next((i, k) for i, r in enumerate(records) for k, n in enumerate(r.negatives) if uses[n.text] == 1)
     changed = list(records)
-    victim = next(i for i, r in enumerate(changed) if shard_of(r.qid, 3) == 1)
-    changed[victim] = dataclasses.replace(changed[victim], negatives=changed[victim].negatives[:-1])
+    text = changed[victim].negatives[k].text
+    changed[victim] = dataclasses.replace(
+        changed[victim], negatives=[n for n in changed[victim].negatives if n.text != text]
+    )
     prepared = tdx.pipeline.prepare_audit(changed, **kw)
-    with pytest.raises(ShardsIncomplete, match=r"1 of 3 shards .*: 1;"):
+    with pytest.raises(ShardsIncomplete, match=rf"1 of 3 shards .*: {shard_of(text, 3)};"):
         reduce_shards(prepared, shard_plan(prepared, 3, tmp_path))
 
 

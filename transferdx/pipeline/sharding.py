@@ -1,27 +1,30 @@
 """The sharded audit: the frozen encoder's work split over tasks, the statistics computed once.
 
-A collection too big for one machine's encoder time is audited in N shards: a record goes to shard
-:func:`shard_of` (a stable hash of its query id, so a query's records of every source, its controls
-included, share one shard and no record straddles two). Each **map** task encodes its shard's
-texts (queries; positives[0] and negatives; shard 0 also the background sample) into the
-content-addressed embedding cache that every task shares: read from a work file that
-``audit.stage=all`` wrote after loading the input once (:func:`write_shard_work`,
-:func:`encode_shard_work`), or, for a task started by hand (:func:`audit_shard`), from the input
-loaded as the one-process audit loads it. It then leaves a marker (``shard-<i>-of-<N>.json``: the
-digest of its records, counts, encoded texts, seconds, peak memory) in the plan's folder,
-``<cache_dir>/audit-shards/<plan key>/``. The **reduce** (:func:`reduce_shards`) checks that every
-shard's marker is there and matches the records it loads, then runs the one-process audit
+A collection too big for one machine's encoder time is audited in N shards. Each **map** task
+encodes one share of the collection's *distinct texts* into the content-addressed embedding cache
+that every task shares: a query or passage (positives[0], negatives, the background sample) goes to
+map :func:`shard_of` (the first 8 bytes of its cache key, SHA-256 of the text, mod N), so the shares
+are disjoint and together hold every text once — maps running at the same time (a SLURM array)
+never encode the same passage twice, however many queries draw it (:func:`text_shares`). A map reads
+its share from a work file that ``audit.stage=all`` wrote after loading the input once
+(:func:`write_shard_work`, :func:`encode_shard_work`), or, for a task started by hand
+(:func:`audit_shard`), from the input loaded as the one-process audit loads it. It then leaves a
+marker (``shard-<i>-of-<N>.json``: the digest of its share, counts, encoded texts, seconds, peak
+memory) in the plan's folder, ``<cache_dir>/audit-shards/<plan key>/``. The **reduce**
+(:func:`reduce_shards`) checks that every shard's marker is there and matches the share it computes
+from the records it loads, then runs the one-process audit
 (:func:`~transferdx.pipeline.auditing.audit_prepared`) on the cache the maps filled: it encodes
 nothing, and its artifacts are the one-process audit's bytes, whatever N, because it *is* the
 one-process computation on the same vectors (tests: DL19 in 1–4 shards, a sentence-transformers
 Parquet file through joblib and submitit, the demo as a SLURM array). A re-submission runs only
-the shards without a valid marker; a map killed mid-run keeps the cache chunks it flushed, so its
-rerun encodes only the rest.
+the shards without a valid marker — after an edit of the input, only those whose share of texts
+changed; a map killed mid-run keeps the cache chunks it flushed, so its rerun encodes only the rest.
 
 What is sharded is the encoder, the part of a semantic audit that grows with the collection and needs
 an accelerator (measured shares: docs/benchmarks.md). The statistics (ψ's tokenisation, the
 per-negative scores, the bootstrap) still run in the reduce over the whole collection; splitting
-them into per-shard sufficient statistics is the next step (issue 35).
+them into per-shard sufficient statistics (records split by query, a second array after the maps)
+is the next step (issue 35).
 
 :func:`audit_sharded` runs map and reduce from Python (the maps in this process, or through the
 ``run_maps`` callable given); ``transferdx-audit audit.shards=N`` does the same from the command
@@ -46,54 +49,69 @@ from transferdx.artifacts import atomic_write_bytes, atomic_write_text, canonica
 from transferdx.auditing.core import background_texts
 from transferdx.auditing.result import Audit
 from transferdx.embed.cache import EmbeddingCache, text_key
-from transferdx.inputs.records import Record
 from transferdx.pipeline.auditing import PreparedAudit, audit_prepared, prepare_audit
 from transferdx.pipeline.encoders import EncoderLike
 from transferdx.pipeline.settings import AuditOptions
 from transferdx.presets import default_cache_dir
 
 PLAN_DIR = "audit-shards"
-MARKER_VERSION = 1
+MARKER_VERSION = 2  # 2: maps split by text (1: by query)
 
 
-def shard_of(qid: str, shards: int) -> int:
-    """The shard (0 … shards − 1) of query id ``qid``: the first 8 bytes of SHA-256(qid as UTF-8),
-    big-endian, modulo ``shards``. Stable across runs, machines and Python versions."""
+def shard_of(key: str, shards: int) -> int:
+    """The shard (0 … shards − 1) of the string ``key`` (a text, or a query id): the first 8 bytes
+    of SHA-256(key as UTF-8), big-endian, modulo ``shards`` — for a text, the first 8 bytes of its
+    cache key (:func:`~transferdx.embed.cache.text_key`). Stable across runs, machines and Python
+    versions."""
     if shards < 1:
         raise ValueError(f"shards must be ≥ 1, got {shards}")
-    return int.from_bytes(hashlib.sha256(str(qid).encode("utf-8")).digest()[:8], "big") % shards
+    return int.from_bytes(hashlib.sha256(str(key).encode("utf-8")).digest()[:8], "big") % shards
 
 
-def shard_records(records: Sequence[Record], shard: int, shards: int) -> list[Record]:
-    """The records of shard ``shard`` (all sources, controls included), in input order."""
-    if not 0 <= shard < shards:
-        raise ValueError(f"shard must be in 0 … {shards - 1}, got {shard}")
-    return [r for r in records if shard_of(r.qid, shards) == shard]
+def _shard_of_key(key: bytes, shards: int) -> int:
+    return int.from_bytes(key[:8], "big") % shards
 
 
-def split_records(records: Sequence[Record], shards: int) -> list[list[Record]]:
-    """Every shard's records (:func:`shard_records` for each), in one pass over ``records``."""
-    groups: list[list[Record]] = [[] for _ in range(shards)]
-    for r in records:
-        groups[shard_of(r.qid, shards)].append(r)
-    return groups
+@dataclasses.dataclass(frozen=True)
+class TextShare:
+    """What one map task encodes: its share of the collection's distinct queries and passages."""
+
+    queries: list[str]
+    passages: list[str]
+    query_keys: list[bytes]
+    passage_keys: list[bytes]
+
+    def digest(self) -> str:
+        """sha256 over the cache keys of the share's queries and passages (each list sorted)."""
+        return content_hash([sorted(k.hex() for k in self.query_keys), sorted(k.hex() for k in self.passage_keys)])
 
 
-def records_digest(records: Sequence[Record]) -> str:
-    """sha256 over what a shard encodes and audits: each record's source, kind, qid and the keys of
-    its query, positives and negatives, in (source, qid) order."""
-    rows = sorted(
-        (
-            r.source,
-            r.qid,
-            r.kind,
-            text_key(r.query).hex(),
-            [text_key(p.text).hex() for p in r.positives],
-            [[n.id, text_key(n.text).hex()] for n in r.negatives],
-        )
-        for r in records
-    )
-    return content_hash(rows)
+def collection_texts(prepared: PreparedAudit) -> tuple[list[str], list[str]]:
+    """The distinct texts the audit of ``prepared`` encodes, in first-seen order: its queries, and its
+    passages — every record's positives[0], then the negatives, then the background sample (drawn
+    from the whole pool; none when the audit is lexical)."""
+    records = prepared.loaded.records
+    queries = list(dict.fromkeys(r.query for r in records))
+    passages = dict.fromkeys(r.positives[0].text for r in records)
+    passages.update(dict.fromkeys(n.text for r in records for n in r.negatives))
+    if (semantic := prepared.options.semantic) is not None:
+        passages.update(dict.fromkeys(background_texts(records, semantic.background_size, prepared.options.seed)))
+    return queries, list(passages)
+
+
+def text_shares(prepared: PreparedAudit, shards: int) -> list[TextShare]:
+    """Every map's share: each distinct query and passage (:func:`collection_texts`) goes to map
+    ``shard_of(text, shards)``, so the maps' shares are disjoint and together hold every text once,
+    whatever runs at the same time (a text used by many queries is encoded by one map)."""
+    queries, passages = collection_texts(prepared)
+    shares = [TextShare([], [], [], []) for _ in range(shards)]
+    for texts, pick in ((queries, "query"), (passages, "passage")):
+        for text in texts:
+            key = text_key(text)
+            share = shares[_shard_of_key(key, shards)]
+            (share.queries if pick == "query" else share.passages).append(text)
+            (share.query_keys if pick == "query" else share.passage_keys).append(key)
+    return shares
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,7 +130,7 @@ class ShardPlan:
         return self.folder / f"shard-{shard:04d}-of-{self.shards:04d}.work.json.gz"
 
     def done(self, shard: int, digest: str) -> dict[str, Any] | None:
-        """The marker of ``shard`` when it is there, readable and for records with ``digest``."""
+        """The marker of ``shard`` when it is there, readable and for the share with ``digest``."""
         try:
             record = json.loads(self.marker(shard).read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -140,36 +158,17 @@ def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
-def shard_work(
-    prepared: PreparedAudit, plan: ShardPlan, shard: int, records: Sequence[Record] | None = None
-) -> dict[str, Any]:
-    """What map task ``shard`` encodes, as a JSON-able dict: the digest and counts of its records, and
-    three requests to the cache — its distinct queries, its distinct passages (positives[0], then
-    negatives), and for shard 0 the background sample (drawn from the whole pool) — each empty when
-    the audit is lexical. The same requests give the same vectors wherever they run. ``records``:
-    the shard's records when the caller has them (:func:`split_records`), else found here."""
-    if records is None:
-        records = shard_records(prepared.loaded.records, shard, plan.shards)
-    queries: list[str] = []
-    passages: list[str] = []
-    background: list[str] = []
-    if prepared.encoder is not None and records:
-        queries = list(dict.fromkeys(r.query for r in records))
-        negatives = [n.text for r in records for n in r.negatives]
-        passages = list(dict.fromkeys([r.positives[0].text for r in records] + negatives))
-    semantic = prepared.options.semantic
-    if prepared.encoder is not None and shard == 0 and semantic is not None:
-        background = background_texts(prepared.loaded.records, semantic.background_size, prepared.options.seed)
+def shard_work(plan: ShardPlan, shard: int, share: TextShare) -> dict[str, Any]:
+    """What map task ``shard`` encodes, as a JSON-able dict: the digest of its share and two requests
+    to the cache — its queries and its passages (:func:`text_shares`). The same requests give the
+    same vectors wherever they run. A lexical audit's maps encode nothing but still mark their share."""
     return {
         "version": MARKER_VERSION,
         "shard": shard,
         "shards": plan.shards,
-        "digest": records_digest(records),
-        "records": len(records),
-        "negatives": sum(len(r.negatives) for r in records),
-        "queries": queries,
-        "passages": passages,
-        "background": background,
+        "digest": share.digest(),
+        "queries": share.queries,
+        "passages": share.passages,
     }
 
 
@@ -178,21 +177,21 @@ def write_shard_work(prepared: PreparedAudit, plan: ShardPlan, shards: Sequence[
     task launched elsewhere reads its own texts instead of loading the whole input."""
     import gzip
 
-    groups, paths = split_records(prepared.loaded.records, plan.shards), []
+    shares, paths = text_shares(prepared, plan.shards), []
     for shard in shards:
-        data = json.dumps(shard_work(prepared, plan, shard, groups[shard]), ensure_ascii=False).encode("utf-8")
+        data = json.dumps(shard_work(plan, shard, shares[shard]), ensure_ascii=False).encode("utf-8")
         paths.append(atomic_write_bytes(plan.work(shard), gzip.compress(data, mtime=0)))
     return paths
 
 
 def _encode(cache: EmbeddingCache | None, plan: ShardPlan, work: dict[str, Any], started: float) -> dict[str, Any]:
-    """Encode ``work``'s three requests (unless the marker says it was done) and write the marker."""
+    """Encode ``work``'s two requests (unless the marker says it was done) and write the marker."""
     shard = int(work["shard"])
     if (done := plan.done(shard, work["digest"])) is not None:
         return {**done, "reused": True}
     before = cache.encoded_texts if cache is not None else 0
     if cache is not None:
-        for texts, role in ((work["queries"], "query"), (work["passages"], "passage"), (work["background"], "passage")):
+        for texts, role in ((work["queries"], "query"), (work["passages"], "passage")):
             if texts:
                 cache.embed(texts, role)
     record = {
@@ -200,8 +199,6 @@ def _encode(cache: EmbeddingCache | None, plan: ShardPlan, work: dict[str, Any],
         "shard": shard,
         "shards": plan.shards,
         "digest": work["digest"],
-        "records": work["records"],
-        "negatives": work["negatives"],
         "queries": len(work["queries"]),
         "passages": len(work["passages"]),
         "encoded_texts": (cache.encoded_texts - before) if cache is not None else 0,
@@ -214,16 +211,18 @@ def _encode(cache: EmbeddingCache | None, plan: ShardPlan, work: dict[str, Any],
 
 
 def encode_shard(prepared: PreparedAudit, plan: ShardPlan, shard: int) -> dict[str, Any]:
-    """The map of shard ``shard`` from the prepared input: encode its records' texts into the shared
-    cache (nothing when the audit is lexical) and write its marker. A shard whose marker matches its
-    records is not run again (returned as it is, with ``"reused": true``)."""
+    """The map of shard ``shard`` from the prepared input: encode its share of the texts into the
+    shared cache (nothing when the audit is lexical) and write its marker. A shard whose marker
+    matches its share is not run again (returned as it is, with ``"reused": true``)."""
+    if not 0 <= shard < plan.shards:
+        raise ValueError(f"audit.shard must be in 0 … {plan.shards - 1}, got {shard}")
     started = time.perf_counter()
-    return _encode(prepared.encoder, plan, shard_work(prepared, plan, shard), started)
+    return _encode(prepared.encoder, plan, shard_work(plan, shard, text_shares(prepared, plan.shards)[shard]), started)
 
 
 def encode_shard_work(path: str | Path, encoder: EmbeddingCache | None) -> dict[str, Any]:
     """The map of one shard from its work file (:func:`write_shard_work`): the texts only, never the
-    whole input, so the task's memory is its shard's texts and vectors. The marker goes beside it."""
+    whole input, so the task's memory is its share's texts and vectors. The marker goes beside it."""
     import gzip
 
     started = time.perf_counter()
@@ -235,25 +234,26 @@ def encode_shard_work(path: str | Path, encoder: EmbeddingCache | None) -> dict[
 
 
 def shard_digests(prepared: PreparedAudit, plan: ShardPlan) -> list[str]:
-    """:func:`records_digest` of every shard's records, in shard order."""
-    return [records_digest(group) for group in split_records(prepared.loaded.records, plan.shards)]
+    """:meth:`TextShare.digest` of every map's share, in shard order."""
+    return [share.digest() for share in text_shares(prepared, plan.shards)]
 
 
 def missing_shards(prepared: PreparedAudit, plan: ShardPlan, digests: Sequence[str] | None = None) -> list[int]:
-    """The shards without a marker that matches their records (to run, or to rerun); ``digests``:
+    """The shards without a marker that matches their share (to run, or to rerun); ``digests``:
     :func:`shard_digests` when the caller has them."""
     digests = shard_digests(prepared, plan) if digests is None else digests
     return [i for i, digest in enumerate(digests) if plan.done(i, digest) is None]
 
 
 class ShardsIncomplete(ValueError):
-    """The reduce found shards without a valid marker (not run, killed, or run on other records)."""
+    """The reduce found shards without a valid marker (not run, killed, or run on other texts)."""
 
 
 def reduce_shards(prepared: PreparedAudit, plan: ShardPlan, digests: Sequence[str] | None = None) -> Audit:
-    """The reduce: every shard's marker must match its records (else :class:`ShardsIncomplete`
-    naming the missing ones and how to run them); then the one-process audit on the filled cache.
-    ``digests``: :func:`shard_digests` when the caller has them (the records are hashed once).
+    """The reduce: every shard's marker must match its share of the texts (else
+    :class:`ShardsIncomplete` naming the missing ones and how to run them); then the one-process
+    audit on the filled cache. ``digests``: :func:`shard_digests` when the caller has them (the
+    texts are hashed once).
     A summary (``reduce.json``: shards, texts the reduce encoded, seconds, peak memory) is written
     beside the markers, not among the artifacts, so that those stay the one-process bytes."""
     missing = missing_shards(prepared, plan, digests)
@@ -280,9 +280,9 @@ def reduce_shards(prepared: PreparedAudit, plan: ShardPlan, digests: Sequence[st
 
 
 def shard_line(marker: dict[str, Any]) -> str:
-    """One line on a map task: its shard, records, negatives, texts encoded, time (or that it was done)."""
-    head = f"shard {marker['shard']} of {marker['shards']}: {marker['records']} records"
-    head += f", {marker['negatives']} negatives"
+    """One line on a map task: its shard, its share of queries and passages, texts encoded, time (or
+    that it was done)."""
+    head = f"shard {marker['shard']} of {marker['shards']}: {marker['queries']} queries, {marker['passages']} passages"
     if marker.get("reused"):
         return f"{head}; already done ({marker['encoded_texts']} texts encoded then), nothing to do"
     return f"{head}; {marker['encoded_texts']} texts encoded, {marker['seconds']:.1f}s, peak {marker['peak_mb']:.0f} MB"
@@ -293,9 +293,9 @@ MapRunner = Callable[[PreparedAudit, ShardPlan, list[int]], None]
 
 def run_maps_here(prepared: PreparedAudit, plan: ShardPlan, shards: list[int]) -> None:
     """Run the map tasks ``shards`` one after another in this process."""
-    groups = split_records(prepared.loaded.records, plan.shards)
+    shares = text_shares(prepared, plan.shards)
     for shard in shards:
-        _encode(prepared.encoder, plan, shard_work(prepared, plan, shard, groups[shard]), time.perf_counter())
+        _encode(prepared.encoder, plan, shard_work(plan, shard, shares[shard]), time.perf_counter())
 
 
 def audit_shard(
