@@ -118,7 +118,7 @@ def read_records(
         def add(lineno: int, obj: dict[str, Any], builder: RecordBuilder = builder) -> None:
             record_from_obj(builder, lineno, obj, default_source=source)
 
-        table = read_unchanged(file, functools.partial(read_json_lines, file, builder, add))
+        table = read_unchanged(file, functools.partial(read_json_lines, file, builder, add, keep_tables))
         if keep_tables:
             default = source or next((r.source for r in builder.result.records), None) or source_stem(file)
             keep(builder.result, table, default, storage_form(file), file.name, artifact_name(file), file)
