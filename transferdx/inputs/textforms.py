@@ -272,15 +272,14 @@ def read_json_lines(
         if obj is None:
             bad += 1
             continue
+        columns.update(dict.fromkeys(map(str, obj)))
         if keep_rows:
             rows.append(obj)
             lines.append(lineno)
-        else:
-            columns.update(dict.fromkeys(map(str, obj)))
         if each is not None:
             each(lineno, obj)
     bad += builder.unreadable
-    return Table(str(path), "jsonl", _columns_of(rows) if keep_rows else list(columns), rows, lines, n_unreadable=bad)
+    return Table(str(path), "jsonl", list(columns), rows, lines, n_unreadable=bad)
 
 
 def _read_delimited(path: Path, form: str, builder: RecordBuilder) -> Table:

@@ -34,7 +34,6 @@ submitit_slurm``; :func:`hydra_map_runner`)."""
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import resource
@@ -65,11 +64,23 @@ def shard_of(key: str, shards: int) -> int:
     versions."""
     if shards < 1:
         raise ValueError(f"shards must be ≥ 1, got {shards}")
-    return int.from_bytes(hashlib.sha256(str(key).encode("utf-8")).digest()[:8], "big") % shards
+    return _shard_of_key(text_key(str(key)), shards)
 
 
 def _shard_of_key(key: bytes, shards: int) -> int:
+    """:func:`shard_of` from the text's cache key (SHA-256 digest)."""
     return int.from_bytes(key[:8], "big") % shards
+
+
+def _split(texts: Sequence[str], shards: int) -> list[tuple[list[str], list[bytes]]]:
+    """Each shard's (texts, cache keys) of ``texts``, in their order."""
+    parts: list[tuple[list[str], list[bytes]]] = [([], []) for _ in range(shards)]
+    for text in texts:
+        key = text_key(text)
+        mine, keys = parts[_shard_of_key(key, shards)]
+        mine.append(text)
+        keys.append(key)
+    return parts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,15 +114,8 @@ def text_shares(prepared: PreparedAudit, shards: int) -> list[TextShare]:
     """Every map's share: each distinct query and passage (:func:`collection_texts`) goes to map
     ``shard_of(text, shards)``, so the maps' shares are disjoint and together hold every text once,
     whatever runs at the same time (a text used by many queries is encoded by one map)."""
-    queries, passages = collection_texts(prepared)
-    shares = [TextShare([], [], [], []) for _ in range(shards)]
-    for texts, pick in ((queries, "query"), (passages, "passage")):
-        for text in texts:
-            key = text_key(text)
-            share = shares[_shard_of_key(key, shards)]
-            (share.queries if pick == "query" else share.passages).append(text)
-            (share.query_keys if pick == "query" else share.passage_keys).append(key)
-    return shares
+    queries, passages = (_split(texts, shards) for texts in collection_texts(prepared))
+    return [TextShare(q, p, q_keys, p_keys) for (q, q_keys), (p, p_keys) in zip(queries, passages, strict=True)]
 
 
 @dataclasses.dataclass(frozen=True)
