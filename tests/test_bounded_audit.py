@@ -120,6 +120,12 @@ def test_csv_written_in_row_chunks_is_csv_text(tmp_path):
         assert path.read_bytes() == csv_text(frame).encode("utf-8"), rows
     empty = frame.iloc[:0]
     assert atomic_write_csv(tmp_path / "empty.csv", empty).read_text() == csv_text(empty)
+    for picked in ([5, 0, 2, 6], [3], []):  # some rows, in a given order, without copying the frame
+        rows = np.asarray(picked, dtype=np.int64)
+        want = csv_text(frame.iloc[rows].reset_index(drop=True)).encode("utf-8")
+        for chunk in (1, 3, 100):
+            path = atomic_write_csv(tmp_path / f"rows{len(picked)}-{chunk}.csv", frame, chunk_rows=chunk, rows=rows)
+            assert path.read_bytes() == want, (picked, chunk)
     assert not list(tmp_path.glob(".*.tmp"))
 
 

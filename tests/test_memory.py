@@ -4,6 +4,7 @@ texts rather than their copies."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import math
@@ -18,6 +19,7 @@ import pytest
 import scipy.sparse as sp
 
 import transferdx as tdx
+from transferdx import artifacts
 from transferdx.diagnostics import lexical
 from transferdx.diagnostics.lexical import document_frequency, idf, negative_residuality, token_matrices
 from transferdx.diagnostics.tokens import alnum
@@ -174,6 +176,51 @@ def test_memory_follows_distinct_texts_not_copies(tmp_path):
     assert peak < copies / 4, (peak, copies)
     kept = read_records(path, keep_tables=True)  # the clean verb keeps the rows it will write back
     assert len(kept.tables[0].table.rows) == 2000
+
+
+def test_saving_streams_the_suspects_tables(tmp_path, monkeypatch):
+    """A source with as many suspects as negatives, each row with three texts: write_audit writes
+    suspects.csv (and control_suspects.csv) a chunk at a time from the one table, the same bytes as
+    the CSV of each kind's rows. Kills: a copy of the table per kind plus its whole CSV as one
+    string (the save's peak at 10⁶ negatives: +0.68 GB)."""
+    from transferdx.artifacts import csv_text
+    from transferdx.auditing.core import SUSPECT_COLUMNS
+    from transferdx.auditing.report import write_audit
+
+    demo = tdx.audit("demo", encoder=None)
+    n, text = 12_000, "word " * 200  # ~1 kB a text, ~36 MB of CSV
+    rng = np.random.default_rng(0)
+    big = pd.DataFrame(
+        {
+            "source": np.where(np.arange(n) % 5 == 0, "ctl", "mine"),
+            "kind": np.where(np.arange(n) % 5 == 0, "control", "genuine"),
+            "qid": [f"q{i}" for i in range(n)],
+            "neg_index": np.arange(n) % 7,
+            "neg_id": [f"d{i}" for i in range(n)],
+            "query": "a query",
+            "positive": [text + str(i) for i in range(n)],
+            "negative": [text + str(-i) for i in range(n)],
+            **{c: rng.random(n) for c in ("s_qp", "s_qn", "s_pn", "fn_probability", "score")},
+            "reasons": "positive_aware",
+        },
+        columns=SUSPECT_COLUMNS,
+    )
+    result = dataclasses.replace(demo.result, suspects=big)
+    monkeypatch.setattr(artifacts, "CSV_CHUNK_ROWS", 500)  # chunks far smaller than the table
+    write_audit(result, tmp_path / "warm", demo.settings)  # imports and plotting caches first
+    csv_bytes = (tmp_path / "warm" / "suspects.csv").stat().st_size
+    gc.collect()
+    tracemalloc.start()
+    try:
+        write_audit(result, tmp_path / "out", demo.settings)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    for name, kind in (("suspects.csv", "genuine"), ("control_suspects.csv", "control")):
+        want = csv_text(big.loc[big["kind"] == kind].reset_index(drop=True)).encode("utf-8")
+        assert (tmp_path / "out" / name).read_bytes() == want, name
+    assert csv_bytes > 20e6
+    assert peak < csv_bytes / 4, (peak, csv_bytes)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -130,21 +130,29 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 
 # a table of at least this many rows is written with a progress bar
 PROGRESS_ROWS = 500_000
+# rows a large table is written at a time (atomic_write_csv): its working set is one chunk's text
+CSV_CHUNK_ROWS = 100_000
 
 
-def atomic_write_csv(path: str | Path, frame: Any, chunk_rows: int = 100_000) -> Path:
+def atomic_write_csv(path: str | Path, frame: Any, chunk_rows: int | None = None, rows: Any = None) -> Path:
     """Write ``frame`` as :func:`csv_text` would (the same bytes) through :func:`atomic_file`,
     ``chunk_rows`` rows at a time, so a table of millions of rows is never one string (with a
-    progress bar from :data:`PROGRESS_ROWS` rows)."""
+    progress bar from :data:`PROGRESS_ROWS` rows; ``chunk_rows`` default :data:`CSV_CHUNK_ROWS`).
+    ``rows``: the positions to write, in order (the bytes of ``csv_text(frame.iloc[rows])`` without
+    that copy of the frame); default all."""
     from tqdm.auto import tqdm
 
-    quiet = len(frame) < PROGRESS_ROWS
+    chunk_rows = chunk_rows or CSV_CHUNK_ROWS
+
+    total = len(frame) if rows is None else len(rows)
+    quiet = total < PROGRESS_ROWS
     with (
         atomic_file(path, "w") as handle,
-        tqdm(total=len(frame), desc=f"write {Path(path).name}", unit="row", disable=quiet, leave=False) as bar,
+        tqdm(total=total, desc=f"write {Path(path).name}", unit="row", disable=quiet, leave=False) as bar,
     ):
-        for start in range(0, max(len(frame), 1), chunk_rows):
-            part = frame.iloc[start : start + chunk_rows]
+        for start in range(0, max(total, 1), chunk_rows):
+            span = slice(start, start + chunk_rows)
+            part = frame.iloc[span] if rows is None else frame.iloc[rows[span]]
             part.to_csv(handle, index=False, header=start == 0, lineterminator="\n")
             bar.update(len(part))
     return Path(path)

@@ -300,14 +300,29 @@ def _suspicion(
         per_record[col] = values
 
     rows = np.flatnonzero(flags["fn_suspect"].to_numpy(bool))
+    prob = flags["fn_probability"].to_numpy(dtype=np.float64)[rows]
+    score = suspicion_score(s_qp[rows], s_qn[rows], s.alpha) if scored else nan[rows]
+    neg_index = negatives["neg_index"].to_numpy()[rows].astype(np.int64)
+    keys = zip(
+        np.isnan(prob).tolist(),
+        np.where(np.isnan(prob), 0.0, -prob).tolist(),
+        np.isnan(score).tolist(),
+        np.where(np.isnan(score), 0.0, -score).tolist(),
+        [records[i].source for i in owner[rows]],
+        [records[i].qid for i in owner[rows]],
+        neg_index.tolist(),
+        strict=True,
+    )
+    # sorted before the table is built, so that its texts are copied once (not once more by a reorder)
+    order = np.asarray(sorted(range(len(rows)), key=list(keys).__getitem__), dtype=np.int64)
+    rows, prob, score, neg_index = rows[order], prob[order], score[order], neg_index[order]
     recs = [records[i] for i in owner[rows]]
-    neg_index = negatives["neg_index"].to_numpy()[rows]
     suspects = pd.DataFrame(
         {
             "source": [r.source for r in recs],
             "kind": [r.kind for r in recs],
             "qid": [r.qid for r in recs],
-            "neg_index": neg_index.astype(np.int64),
+            "neg_index": neg_index,
             "neg_id": [r.negatives[int(k)].id for r, k in zip(recs, neg_index, strict=True)],
             "query": [r.query for r in recs],
             "positive": [r.positives[0].text for r in recs],
@@ -315,27 +330,13 @@ def _suspicion(
             "s_qp": s_qp[rows],
             "s_qn": s_qn[rows],
             "s_pn": s_pn[rows],
-            "fn_probability": flags["fn_probability"].to_numpy(dtype=np.float64)[rows],
-            "score": suspicion_score(s_qp[rows], s_qn[rows], s.alpha) if scored else nan[rows],
+            "fn_probability": prob,
+            "score": score,
             "reasons": flags["fn_reasons"].to_numpy()[rows],
         },
         columns=SUSPECT_COLUMNS,
     )
-    score = suspects["score"].to_numpy(dtype=np.float64)
-    undefined = np.isnan(score)
-    prob = suspects["fn_probability"].to_numpy(dtype=np.float64)
-    keys = zip(
-        np.isnan(prob).tolist(),
-        np.where(np.isnan(prob), 0.0, -prob).tolist(),
-        undefined.tolist(),
-        np.where(undefined, 0.0, -score).tolist(),
-        suspects["source"],
-        suspects["qid"],
-        suspects["neg_index"].tolist(),
-        strict=True,
-    )
-    order = sorted(range(len(suspects)), key=list(keys).__getitem__)
-    return suspects.iloc[order].reset_index(drop=True), priors
+    return suspects, priors
 
 
 PRIOR_STREAM = 0xF2  # the prior's bootstrap stream key, next to the false-negative rates' 0xF1

@@ -11,6 +11,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from transferdx.artifacts import (
@@ -592,11 +593,6 @@ def profile_document(result: AuditResult) -> dict[str, Any]:
     return safe
 
 
-def _of_kind(suspects: pd.DataFrame, kind: str) -> pd.DataFrame:
-    """The rows of the suspects table whose source is of ``kind``, in the table's order."""
-    return suspects.loc[suspects["kind"] == kind].reset_index(drop=True)
-
-
 def write_audit(result: AuditResult, out_dir: str | Path, settings: Mapping[str, Any]) -> dict[str, Path]:
     """Write every audit artifact into ``out_dir``; returns name → path."""
     out = Path(out_dir)
@@ -609,9 +605,12 @@ def write_audit(result: AuditResult, out_dir: str | Path, settings: Mapping[str,
     atomic_write_csv(paths["records"], result.records)  # streamed: millions of rows at MS MARCO scale
     atomic_write_csv(paths["negatives"], result.negatives)
     atomic_write_text(paths["exclusions"], csv_text(exclusions_frame(result.exclusions)))
-    suspects = {key: _of_kind(result.suspects, kind) for kind, key in SUSPECT_FILES.items()}
-    for key, frame in suspects.items():
-        atomic_write_text(paths[key], csv_text(frame))
+    # each kind's rows streamed from the one table: a heavily defective source has as many suspects
+    # as negatives, each with three texts, so a copy per kind plus its CSV string was the save's peak
+    kinds = result.suspects["kind"].to_numpy()
+    suspects = {key: np.flatnonzero(kinds == kind) for kind, key in SUSPECT_FILES.items()}
+    for key, rows in suspects.items():
+        atomic_write_csv(paths[key], result.suspects, rows=rows)
     atomic_write_text(paths["report"], render_report(result, settings))
     atomic_write_bytes(paths["plot"], plot_psi(result))
     if semantic:
@@ -625,6 +624,6 @@ def write_audit(result: AuditResult, out_dir: str | Path, settings: Mapping[str,
     write_meta(paths["records"], config, rows=len(result.records))
     write_meta(paths["negatives"], config, rows=len(result.negatives))
     suspicion = {**config, "fn_suspicion": _json_safe(dict(result.suspicion))}
-    for key, frame in suspects.items():
-        write_meta(paths[key], suspicion, rows=len(frame))
+    for key, rows in suspects.items():
+        write_meta(paths[key], suspicion, rows=len(rows))
     return {k: p for k, p in paths.items() if p.exists()}
