@@ -273,7 +273,7 @@ class Table:
     form: str
     columns: list[str]
     rows: Sequence[Mapping[str, Any]]
-    lines: list[int]
+    lines: Sequence[int]
     cells_are_text: bool = False  # CSV/TSV: list cells arrive as their printed form
     sha256: str | None = None
     n_unreadable: int = 0  # rows that could not be parsed at all (counted exclusions under skip)

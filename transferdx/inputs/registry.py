@@ -46,6 +46,7 @@ from transferdx.inputs.tables import (
     dataset_table,
     folder_members,
     frame_table,
+    held,
     is_saved_dataset,
     pick_split,
     read_sidecars,
@@ -242,6 +243,7 @@ def _load_file(
         return whole(path, on_error=on_error, source=source, keep_tables=keep_tables)
     builder = RecordBuilder(path, on_error, seen, note_duplicates=True)
     table = read_table(path, builder, split)
+    table = held(table) if keep_tables else table
     name = source or source_stem(path)
     result = read_shaped(table, builder, name)
     if keep_tables:
@@ -291,6 +293,7 @@ def load_table(
             return whole.extend(load_table(data, on_error, source, split))
         data = pick_split(data, "<DatasetDict>", split)
         table, default, storage = dataset_table(data, "<Dataset>", "Dataset"), "dataset", "Dataset"
+    table = held(table) if keep_tables else table
     builder = RecordBuilder(table.file, on_error, note_duplicates=True)
     result = read_shaped(table, builder, source, default)
     if keep_tables:

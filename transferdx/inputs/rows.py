@@ -53,6 +53,7 @@ from transferdx.inputs.records import (
     text_id,
 )
 from transferdx.inputs.tables import negative_columns, plain
+from transferdx.inputs.texts import intern_text
 
 # ---------------------------------------------------------------------------------------------
 # Cells (CSV cells arrive as text)
@@ -306,12 +307,16 @@ class RowReader:
             key: str | int = item.query if group_by_query else line
             group = groups.get(key)
             if group is None:
-                group = groups[key] = _Group(line, item.qid or query_id(item.query), item.query)
+                query = intern_text(item.query)
+                group = groups[key] = _Group(line, item.qid or query_id(query), query)
             group.lines.append(line)
+            # texts interned as they are read: a row's cells are new strings, and a passage that many
+            # rows repeat (a triplet file's positive, a negative of many queries) is then held once
             for text, score in item.positives:
                 if text not in group.positives or group.positives[text] is None:
-                    group.positives[text] = score
+                    group.positives[intern_text(text)] = score
             for text, score in item.negatives:
+                text = intern_text(text)
                 first = group.neg_line.setdefault(text, line)
                 if first != line:  # an earlier row of this query gave it: the file's layout repeats it
                     builder.exclude(

@@ -53,7 +53,7 @@ from transferdx.inputs.rows import (
     cell_texts,
     pair_columns,
 )
-from transferdx.inputs.tables import form_of, is_saved_dataset, negative_columns, read_table, storage_form
+from transferdx.inputs.tables import form_of, held, is_saved_dataset, negative_columns, read_table, storage_form
 from transferdx.inputs.textforms import is_gzip, read_tab_lines
 from transferdx.inputs.writing import (
     CleanedQuery,
@@ -143,6 +143,7 @@ def load_ntuple(
     builder = RecordBuilder(path, on_error, note_duplicates=True)
     lines = form_of(path) in (None, "tsv") and not is_saved_dataset(path)
     table = read_tab_lines(path, builder, header, fields) if lines else read_table(path, builder)
+    table = held(table) if keep_tables else table
     plan = _ntuple_plan(table.columns)
     result = NTUPLE.read(table, builder, source, plan, group_by_query=group_by_query, method=method, kind=kind)
     if keep_tables:

@@ -12,12 +12,13 @@ CSV/TSV is line r + 2 (the header is line 1), of JSONL the file's line, of other
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -129,21 +130,122 @@ def read_unchanged(path: Path, read: Callable[[], Table]) -> Table:
     return table
 
 
+# rows a columnar table turns into Python values at a time (ColumnarRows)
+ROW_BATCH = 4096
+
+
+class ColumnarRows(Sequence[dict[str, Any]]):
+    """The rows of a columnar table (Parquet, Arrow, a ``datasets.Dataset``, a ``DataFrame``) as
+    Python dicts, made :data:`ROW_BATCH` rows at a time while they are iterated and then let go: a
+    mined file of millions of rows is never a list of dicts (a 10⁶-row triplet Parquet file held
+    ~2 GB so). ``batch(start, stop)`` gives rows ``start … stop − 1``; every iteration starts over,
+    so the clean verb can read the rows again to write its copy. Indexing reads the row's batch.
+    ``batches``: an iterator of the batches in order, where reading them in turn is cheaper than
+    by position (a Parquet file's row groups)."""
+
+    def __init__(
+        self,
+        n: int,
+        batch: Callable[[int, int], list[dict[str, Any]]],
+        batches: Callable[[], Iterator[list[dict[str, Any]]]] | None = None,
+    ):
+        self._n, self._batch, self._batches = n, batch, batches
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        if self._batches is not None:
+            for rows in self._batches():
+                yield from rows
+            return
+        for start in range(0, self._n, ROW_BATCH):
+            yield from self._batch(start, min(start + ROW_BATCH, self._n))
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._n))]
+        i = index + self._n if index < 0 else index
+        if not 0 <= i < self._n:
+            raise IndexError(index)
+        return self._batch(i, i + 1)[0]
+
+
+def held(table: Table) -> Table:
+    """``table`` with its rows read now and kept (a list): what the clean verb writes its copy from,
+    so that the copy is made from the rows the audit read even if the file is re-saved meanwhile."""
+    return dataclasses.replace(table, rows=list(table.rows)) if isinstance(table.rows, ColumnarRows) else table
+
+
+def _parquet_rows(path: Path) -> tuple[list[str], ColumnarRows]:
+    """A Parquet file's columns and rows, each batch read from the file as it is needed (an
+    :class:`InputError` naming the file if it cannot be, or if it changed since it was opened)."""
+    import pyarrow.parquet as pq
+
+    def fail(exc: Exception) -> InputError:
+        return InputError(path, None, "<table>", f"cannot read Parquet: {exc}")
+
+    try:
+        meta = pq.ParquetFile(path)
+        columns, n = list(meta.schema_arrow.names), int(meta.metadata.num_rows)
+    except Exception as exc:  # pyarrow raises several types for a bad file
+        raise fail(exc) from None
+    opened = file_stat(path)
+
+    def unchanged() -> None:
+        if file_stat(path) != opened:
+            raise InputError(path, None, "<path>", "the file changed while it was being read; rerun once it is written")
+
+    def batch(start: int, stop: int) -> list[dict[str, Any]]:
+        unchanged()
+        try:
+            return _row_groups_slice(pq.ParquetFile(path), start, stop)
+        except Exception as exc:
+            raise fail(exc) from None
+
+    def batches() -> Iterator[list[dict[str, Any]]]:
+        unchanged()
+        try:
+            for part in pq.ParquetFile(path).iter_batches(batch_size=ROW_BATCH):
+                yield part.to_pylist()
+        except Exception as exc:
+            raise fail(exc) from None
+        unchanged()  # rewritten in place while it was read: the rows may mix two versions
+
+    return columns, ColumnarRows(n, batch, batches)
+
+
+def _row_groups_slice(handle: Any, start: int, stop: int) -> list[dict[str, Any]]:
+    """Rows ``start … stop − 1`` of an open ``pyarrow.parquet.ParquetFile``, reading only the row
+    groups they fall in."""
+    import pyarrow as pa
+
+    meta, parts, first = handle.metadata, [], 0
+    for g in range(meta.num_row_groups):
+        size = meta.row_group(g).num_rows
+        if first < stop and first + size > start:
+            group = handle.read_row_group(g)
+            parts.append(group.slice(max(start - first, 0), min(stop, first + size) - max(start, first)))
+        first += size
+    if not parts:
+        return []
+    return list(pa.concat_tables(parts).to_pylist())
+
+
 def _read_form(path: Path, form: str | None, builder: RecordBuilder) -> Table:
     if form is not None and form in TEXT_FORMS.values():
         return read_text_table(path, form, builder)
     if form == "parquet":
-        import pyarrow.parquet as pq
-
-        try:
-            rows = pq.read_table(path).to_pylist()
-            columns = pq.read_schema(path).names
-        except Exception as exc:  # pyarrow raises several types for a bad file
-            raise InputError(path, None, "<table>", f"cannot read Parquet: {exc}") from None
-        return Table(str(path), form, list(columns), rows, list(range(1, len(rows) + 1)))
+        columns, rows = _parquet_rows(path)
+        return Table(str(path), form, columns, rows, range(1, len(rows) + 1))
     if form == "arrow":
         arrow = read_arrow(path)
-        return Table(str(path), form, list(arrow.column_names), arrow.to_pylist(), list(range(1, arrow.num_rows + 1)))
+        rows = ColumnarRows(arrow.num_rows, lambda a, b: list(arrow.slice(a, b - a).to_pylist()))
+        return Table(str(path), form, list(arrow.column_names), rows, range(1, arrow.num_rows + 1))
     raise InputError(path, None, "<path>", f"not a recognised file type ({', '.join(recognised_suffixes())})")
 
 
@@ -187,13 +289,26 @@ def _folder_hash(path: Path) -> str:
 
 
 def dataset_table(data: Any, origin: str, form: str, digest: str | None = None) -> Table:
-    rows = [plain(dict(row)) for row in data.to_list()] if hasattr(data, "to_list") else [dict(r) for r in data]
-    return Table(origin, form, list(data.column_names), rows, list(range(1, len(rows) + 1)), sha256=digest)
+    """A ``datasets.Dataset`` (or any sequence of mappings with ``column_names``) as a table, its rows
+    made a batch at a time (:class:`ColumnarRows`)."""
+    if hasattr(data, "to_list") and hasattr(data, "select"):
+        rows: Sequence[dict[str, Any]] = ColumnarRows(
+            len(data), lambda a, b: [plain(dict(row)) for row in data.select(range(a, b)).to_list()]
+        )
+    else:
+        rows = [dict(r) for r in data]
+    return Table(origin, form, list(data.column_names), rows, range(1, len(rows) + 1), sha256=digest)
 
 
 def frame_table(frame: Any, origin: str = "<DataFrame>") -> Table:
-    rows = [{str(k): plain(v) for k, v in row.items()} for row in frame.to_dict("records")]
-    return Table(origin, "DataFrame", [str(c) for c in frame.columns], rows, list(range(1, len(rows) + 1)))
+    """A ``pandas.DataFrame`` as a table, its rows made a batch at a time (:class:`ColumnarRows`)."""
+
+    def batch(a: int, b: int) -> list[dict[str, Any]]:
+        return [{str(k): plain(v) for k, v in row.items()} for row in frame.iloc[a:b].to_dict("records")]
+
+    return Table(
+        origin, "DataFrame", [str(c) for c in frame.columns], ColumnarRows(len(frame), batch), range(1, len(frame) + 1)
+    )
 
 
 def storage_form(path: Path) -> str | None:
