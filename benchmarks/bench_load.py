@@ -6,7 +6,7 @@ as the tables ``sentence_transformers.util.mine_hard_negatives`` writes — a **
 (one row per negative: query, positive, negative) and an **n-tuple** Parquet file (query, positive,
 negative_1 … negative_7; records with fewer negatives are left out of it) — and the triplet table
 ``datasets.save_to_disk``-ed. Each is loaded by the public ``transferdx.load`` in a fresh
-subprocess: peak RSS (``ru_maxrss``), wall and CPU seconds, records and negatives read, and the
+subprocess: peak RSS (``VmHWM``), wall and CPU seconds, records and negatives read, and the
 peak's ratio to the records JSONL of the same content, side by side in one run.
 
 ``--compare DIR`` also loads every form with the transferdx checkout in DIR (e.g. a
@@ -74,6 +74,19 @@ def write_forms(folder: Path, n_negatives: int) -> dict[str, Path]:
     return forms
 
 
+def peak_mb() -> float:
+    """This process's peak RSS: ``VmHWM`` (Linux; ``ru_maxrss`` survives ``exec``, so a child would
+    report the benchmark's own peak from writing the files), else ``ru_maxrss``."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def child(path: str) -> None:
     """Runs in the measured subprocess: ``transferdx.load(path)``."""
     import transferdx as tdx
@@ -87,7 +100,7 @@ def child(path: str) -> None:
         "excluded": len(loaded.exclusions),
         "wall_s": wall,
         "cpu_s": cpu,
-        "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_mb": peak_mb(),
         "transferdx": str(Path(tdx.__file__).parent),
     }
     print(json.dumps(out))
