@@ -138,8 +138,9 @@ class ColumnarRows(Sequence[dict[str, Any]]):
     """The rows of a columnar table (Parquet, Arrow, a ``datasets.Dataset``, a ``DataFrame``) as
     Python dicts, made :data:`ROW_BATCH` rows at a time while they are iterated and then let go: a
     mined file of millions of rows is never a list of dicts (a 10⁶-row triplet Parquet file held
-    ~2 GB so). ``batch(start, stop)`` gives rows ``start … stop − 1``; every iteration starts over,
-    so the clean verb can read the rows again to write its copy. Indexing reads the row's batch.
+    ~2 GB so). ``batch(start, stop)`` gives rows ``start … stop − 1``; every iteration starts over
+    (the clean verb does not read a file twice: it holds the rows it read, :func:`held`). Indexing
+    reads the row's batch.
     ``batches``: an iterator of the batches in order, where reading them in turn is cheaper than
     by position (a Parquet file's row groups)."""
 
@@ -190,8 +191,8 @@ def _parquet_rows(path: Path) -> tuple[list[str], ColumnarRows]:
         return InputError(path, None, "<table>", f"cannot read Parquet: {exc}")
 
     try:
-        meta = pq.ParquetFile(path)
-        columns, n = list(meta.schema_arrow.names), int(meta.metadata.num_rows)
+        with pq.ParquetFile(path) as meta:
+            columns, n = list(meta.schema_arrow.names), int(meta.metadata.num_rows)
     except Exception as exc:  # pyarrow raises several types for a bad file
         raise fail(exc) from None
     opened = file_stat(path)
@@ -203,15 +204,17 @@ def _parquet_rows(path: Path) -> tuple[list[str], ColumnarRows]:
     def batch(start: int, stop: int) -> list[dict[str, Any]]:
         unchanged()
         try:
-            return _row_groups_slice(pq.ParquetFile(path), start, stop)
+            with pq.ParquetFile(path) as handle:
+                return _row_groups_slice(handle, start, stop)
         except Exception as exc:
             raise fail(exc) from None
 
     def batches() -> Iterator[list[dict[str, Any]]]:
         unchanged()
         try:
-            for part in pq.ParquetFile(path).iter_batches(batch_size=ROW_BATCH):
-                yield part.to_pylist()
+            with pq.ParquetFile(path) as handle:
+                for part in handle.iter_batches(batch_size=ROW_BATCH):
+                    yield part.to_pylist()
         except Exception as exc:
             raise fail(exc) from None
         unchanged()  # rewritten in place while it was read: the rows may mix two versions
