@@ -18,7 +18,7 @@ import pytest
 import transferdx as tdx
 from transferdx.inputs import tables
 from transferdx.inputs.records import InputError
-from transferdx.inputs.tables import ColumnarRows, frame_table
+from transferdx.inputs.tables import ColumnarRows, by_position, frame_table
 
 
 def triplets(n_queries: int, k: int, passages: list[str]) -> pd.DataFrame:
@@ -43,7 +43,7 @@ def test_columnar_rows_is_a_sequence_of_its_batches():
         calls.append((a, b))
         return [dict(r) for r in data[a:b]]
 
-    rows = ColumnarRows(len(data), batch)
+    rows = ColumnarRows(len(data), by_position(len(data), batch))
     assert len(rows) == 11 and list(rows) == data and list(rows) == data  # each iteration starts over
     assert rows[0] == data[0] and rows[-1] == data[-1] and rows[3:6] == data[3:6] and rows[::4] == data[::4]
     with pytest.raises(IndexError):

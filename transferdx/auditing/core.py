@@ -303,20 +303,21 @@ def _suspicion(
     prob = flags["fn_probability"].to_numpy(dtype=np.float64)[rows]
     score = suspicion_score(s_qp[rows], s_qn[rows], s.alpha) if scored else nan[rows]
     neg_index = negatives["neg_index"].to_numpy()[rows].astype(np.int64)
+    recs = [records[i] for i in owner[rows]]
     keys = zip(
         np.isnan(prob).tolist(),
         np.where(np.isnan(prob), 0.0, -prob).tolist(),
         np.isnan(score).tolist(),
         np.where(np.isnan(score), 0.0, -score).tolist(),
-        [records[i].source for i in owner[rows]],
-        [records[i].qid for i in owner[rows]],
+        [r.source for r in recs],
+        [r.qid for r in recs],
         neg_index.tolist(),
         strict=True,
     )
     # sorted before the table is built, so that its texts are copied once (not once more by a reorder)
     order = np.asarray(sorted(range(len(rows)), key=list(keys).__getitem__), dtype=np.int64)
     rows, prob, score, neg_index = rows[order], prob[order], score[order], neg_index[order]
-    recs = [records[i] for i in owner[rows]]
+    recs = [recs[i] for i in order]
     suspects = pd.DataFrame(
         {
             "source": [r.source for r in recs],

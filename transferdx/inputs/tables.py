@@ -17,6 +17,7 @@ import hashlib
 import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import islice
 from pathlib import Path
 from typing import Any, overload
 
@@ -134,34 +135,25 @@ def read_unchanged(path: Path, read: Callable[[], Table]) -> Table:
 ROW_BATCH = 4096
 
 
+Batches = Callable[[], Iterator[list[dict[str, Any]]]]
+
+
 class ColumnarRows(Sequence[dict[str, Any]]):
     """The rows of a columnar table (Parquet, Arrow, a ``datasets.Dataset``, a ``DataFrame``) as
-    Python dicts, made :data:`ROW_BATCH` rows at a time while they are iterated and then let go: a
-    mined file of millions of rows is never a list of dicts (a 10⁶-row triplet Parquet file held
-    ~2 GB so). ``batch(start, stop)`` gives rows ``start … stop − 1``; every iteration starts over
-    (the clean verb does not read a file twice: it holds the rows it read, :func:`held`). Indexing
-    reads the row's batch.
-    ``batches``: an iterator of the batches in order, where reading them in turn is cheaper than
-    by position (a Parquet file's row groups)."""
+    Python dicts, made a batch at a time while they are iterated and then let go: a mined file of
+    millions of rows is never a list of dicts (a 10⁶-row triplet Parquet file held ~2 GB so).
+    ``batches()`` yields the batches in order, each call from the start (the clean verb does not
+    read a file twice: it holds the rows it read, :func:`held`). Indexing reads up to the row."""
 
-    def __init__(
-        self,
-        n: int,
-        batch: Callable[[int, int], list[dict[str, Any]]],
-        batches: Callable[[], Iterator[list[dict[str, Any]]]] | None = None,
-    ):
-        self._n, self._batch, self._batches = n, batch, batches
+    def __init__(self, n: int, batches: Batches):
+        self._n, self._batches = n, batches
 
     def __len__(self) -> int:
         return self._n
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        if self._batches is not None:
-            for rows in self._batches():
-                yield from rows
-            return
-        for start in range(0, self._n, ROW_BATCH):
-            yield from self._batch(start, min(start + ROW_BATCH, self._n))
+        for rows in self._batches():
+            yield from rows
 
     @overload
     def __getitem__(self, index: int) -> dict[str, Any]: ...
@@ -169,11 +161,22 @@ class ColumnarRows(Sequence[dict[str, Any]]):
     def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
     def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
         if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(self._n))]
+            return list(self)[index]
         i = index + self._n if index < 0 else index
         if not 0 <= i < self._n:
             raise IndexError(index)
-        return self._batch(i, i + 1)[0]
+        return next(islice(self, i, None))
+
+
+def by_position(n: int, batch: Callable[[int, int], list[dict[str, Any]]]) -> Batches:
+    """:class:`ColumnarRows`' batches from ``batch(start, stop)`` (rows ``start … stop − 1``), for a
+    table that slices cheaply: :data:`ROW_BATCH` rows at a time."""
+
+    def batches() -> Iterator[list[dict[str, Any]]]:
+        for start in range(0, n, ROW_BATCH):
+            yield batch(start, min(start + ROW_BATCH, n))
+
+    return batches
 
 
 def held(table: Table) -> Table:
@@ -201,14 +204,6 @@ def _parquet_rows(path: Path) -> tuple[list[str], ColumnarRows]:
         if file_stat(path) != opened:
             raise InputError(path, None, "<path>", "the file changed while it was being read; rerun once it is written")
 
-    def batch(start: int, stop: int) -> list[dict[str, Any]]:
-        unchanged()
-        try:
-            with pq.ParquetFile(path) as handle:
-                return _row_groups_slice(handle, start, stop)
-        except Exception as exc:
-            raise fail(exc) from None
-
     def batches() -> Iterator[list[dict[str, Any]]]:
         unchanged()
         try:
@@ -219,24 +214,7 @@ def _parquet_rows(path: Path) -> tuple[list[str], ColumnarRows]:
             raise fail(exc) from None
         unchanged()  # rewritten in place while it was read: the rows may mix two versions
 
-    return columns, ColumnarRows(n, batch, batches)
-
-
-def _row_groups_slice(handle: Any, start: int, stop: int) -> list[dict[str, Any]]:
-    """Rows ``start … stop − 1`` of an open ``pyarrow.parquet.ParquetFile``, reading only the row
-    groups they fall in."""
-    import pyarrow as pa
-
-    meta, parts, first = handle.metadata, [], 0
-    for g in range(meta.num_row_groups):
-        size = meta.row_group(g).num_rows
-        if first < stop and first + size > start:
-            group = handle.read_row_group(g)
-            parts.append(group.slice(max(start - first, 0), min(stop, first + size) - max(start, first)))
-        first += size
-    if not parts:
-        return []
-    return list(pa.concat_tables(parts).to_pylist())
+    return columns, ColumnarRows(n, batches)
 
 
 def _read_form(path: Path, form: str | None, builder: RecordBuilder) -> Table:
@@ -247,7 +225,7 @@ def _read_form(path: Path, form: str | None, builder: RecordBuilder) -> Table:
         return Table(str(path), form, columns, rows, range(1, len(rows) + 1))
     if form == "arrow":
         arrow = read_arrow(path)
-        rows = ColumnarRows(arrow.num_rows, lambda a, b: list(arrow.slice(a, b - a).to_pylist()))
+        rows = ColumnarRows(arrow.num_rows, by_position(arrow.num_rows, lambda a, b: arrow.slice(a, b - a).to_pylist()))
         return Table(str(path), form, list(arrow.column_names), rows, range(1, arrow.num_rows + 1))
     raise InputError(path, None, "<path>", f"not a recognised file type ({', '.join(recognised_suffixes())})")
 
@@ -296,7 +274,7 @@ def dataset_table(data: Any, origin: str, form: str, digest: str | None = None) 
     made a batch at a time (:class:`ColumnarRows`)."""
     if hasattr(data, "to_list") and hasattr(data, "select"):
         rows: Sequence[dict[str, Any]] = ColumnarRows(
-            len(data), lambda a, b: [plain(dict(row)) for row in data.select(range(a, b)).to_list()]
+            len(data), by_position(len(data), lambda a, b: [plain(dict(r)) for r in data.select(range(a, b)).to_list()])
         )
     else:
         rows = [dict(r) for r in data]
@@ -310,7 +288,11 @@ def frame_table(frame: Any, origin: str = "<DataFrame>") -> Table:
         return [{str(k): plain(v) for k, v in row.items()} for row in frame.iloc[a:b].to_dict("records")]
 
     return Table(
-        origin, "DataFrame", [str(c) for c in frame.columns], ColumnarRows(len(frame), batch), range(1, len(frame) + 1)
+        origin,
+        "DataFrame",
+        [str(c) for c in frame.columns],
+        ColumnarRows(len(frame), by_position(len(frame), batch)),
+        range(1, len(frame) + 1),
     )
 
 
