@@ -67,6 +67,9 @@ class Shape:
     detect: Callable[[Sequence[str]], Plan | None]
     read: Callable[..., LoadResult]
     rows_name_source: bool = False
+    # a near miss: columns this shape's family writes but that cannot be read (why, and what to do
+    # instead), named first in the unrecognised-shape error; None when ``columns`` are not one
+    near_miss: Callable[[Sequence[str]], str | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -311,6 +314,15 @@ def detect_shape(columns: Sequence[str]) -> tuple[Format, Plan] | None:
     return None
 
 
+def near_misses(columns: Sequence[str]) -> list[str]:
+    """What the registered shapes say about ``columns`` that none of them reads (:attr:`Shape.near_miss`)."""
+    out = []
+    for fmt in FORMATS.values():
+        if fmt.shape is not None and fmt.shape.near_miss is not None and (why := fmt.shape.near_miss(columns)):
+            out.append(why)
+    return out
+
+
 def shapes_help() -> str:
     return "; ".join(f"{fmt.name} ({fmt.shape.requires})" for fmt in FORMATS.values() if fmt.shape is not None)
 
@@ -323,11 +335,12 @@ def read_shaped(table: Table, builder: RecordBuilder, source: str | None, defaul
         hint = ""
         if table.form in ("csv", "tsv"):
             hint = " (a file without a header row: give format='ntuple' or 'msmarco_triples')"
+        why = "".join(f"{m}; " for m in near_misses(table.columns))
         raise InputError(
             table.file,
             None,
             "<columns>",
-            f"unrecognised shape: columns {table.columns}; recognised shapes: {shapes_help()}{hint}",
+            f"unrecognised shape: columns {table.columns}; {why}recognised shapes: {shapes_help()}{hint}",
         )
     fmt, plan = found
     assert fmt.shape is not None

@@ -17,7 +17,9 @@ other names, the two columns left besides the negatives, ``scores``, ``score``, 
   0 = negative) or ``scores`` (then the first document is the positive, as ``mine_hard_negatives``
   writes it): ``output_format="labeled-list"``.
 - ``labeled_pair``: ``QUERY, POSITIVE`` (one document) and ``label`` (1 / 0):
-  ``output_format="labeled-pair"``.
+  ``output_format="labeled-pair"``. With ``output_scores=True`` the miner writes ``score`` instead of
+  ``label``, and nothing says which rows are positives: that file is refused with an error that says
+  so and how to mine a readable one (not guessed).
 
 Rows become records as every row format's do (:mod:`transferdx.inputs.rows`): rows of one anchor
 grouped into one record; a negative that an earlier row of the anchor already gave (the miner writes
@@ -230,6 +232,23 @@ def _row_labeled_list(row: Mapping[str, Any], plan: Plan, text_cells: bool) -> R
 def _detect_labeled_pair(columns: Sequence[str]) -> Plan | None:
     plan = _pair_plan(columns)
     return None if plan is None or "label" not in columns else plan
+
+
+def _scored_pair(columns: Sequence[str]) -> str | None:
+    """``QUERY, POSITIVE, score`` without a label: what ``mine_hard_negatives(output_format=
+    "labeled-pair", output_scores=True)`` writes. Its ``score`` replaces the label, so nothing says
+    which rows are positives (a query's positives come first, but not how many it has); not read."""
+    if _pair_plan(columns) is None or "score" not in columns or {"label", "labels", "negative"} & set(columns):
+        return None
+    if negative_columns(columns):
+        return None
+    return (
+        "these look like sentence-transformers mine_hard_negatives(output_format='labeled-pair', "
+        "output_scores=True), whose score column replaces the label: nothing in the file says which rows are "
+        "positives (a query's positives come first, but how many it has is not written), so transferdx does "
+        "not guess. Mine with output_scores=False (a label column), or with output_format='n-tuple', "
+        "'triplet' or 'labeled-list' (scores kept, the positive known)"
+    )
 
 
 def _row_labeled_pair(row: Mapping[str, Any], plan: Plan, text_cells: bool) -> Row:
@@ -485,7 +504,9 @@ register(
 register(
     Format(
         "labeled_pair",
-        shape=Shape(f"{PAIR} (one document), label (1/0)", _detect_labeled_pair, LABELED_PAIR.read),
+        shape=Shape(
+            f"{PAIR} (one document), label (1/0)", _detect_labeled_pair, LABELED_PAIR.read, near_miss=_scored_pair
+        ),
         write=_write_labeled_pair,
     )
 )

@@ -74,7 +74,7 @@ def load(
     (:mod:`transferdx.inputs.registry`): a file or folder in JSONL, JSON, CSV, TSV, Parquet, Arrow, a
     ``save_to_disk`` folder, or ``.gz`` of the text forms, holding records (``qid``, ``query``,
     ``positives``, ``negatives``, ``source``), sentence-transformers ``mine_hard_negatives`` output
-    (triplet, n-tuple, labeled-list, labeled-pair, with or without scores), FlagEmbedding
+    (triplet, n-tuple, labeled-list with or without scores; labeled-pair without), FlagEmbedding
     ``{query, pos, neg}`` or an n-tuple table; the source is named after the file (``source=``
     overrides). DataFrames and Datasets go through the same shapes. Other ``format`` values name a
     registered reader: ``ntuple``, ``msmarco_triples``, ``flagembedding``, ``st_hard_negatives``,
