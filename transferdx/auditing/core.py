@@ -25,8 +25,8 @@ from transferdx.auditing.profiles import (
 )
 from transferdx.diagnostics.composite import CompositeSettings, ci_resamples, composite_with_ci, weights
 from transferdx.diagnostics.fn_combined import agreement, load_combined
-from transferdx.diagnostics.lexical import PROGRESS_MIN, coverage_bucket, negative_residuality
-from transferdx.diagnostics.other_positive import other_positive
+from transferdx.diagnostics.lexical import PROGRESS_MIN, IdfTables, coverage_bucket, idf_tables, negative_residuality
+from transferdx.diagnostics.other_positive import PositiveOwners, other_positive, positive_owners
 from transferdx.diagnostics.prior import adjust, em_prior_ci
 from transferdx.diagnostics.rows import IndexedRows
 from transferdx.diagnostics.semantic import BANDS, BandCuts, buckets, in_batch_scores, record_scores
@@ -116,6 +116,150 @@ def _descriptor_kinds(descriptors: Mapping[str, Mapping[str, Any]]) -> dict[str,
     }
 
 
+def _sorted_records(records: Iterable[Record], kinds: Mapping[str, str] | None) -> list[Record]:
+    """``records`` in the audit's order, (source, qid), with ``kinds`` overriding their kind."""
+    return sorted(
+        (dataclasses.replace(r, kind=kinds[r.source]) if kinds and r.source in kinds else r for r in records),
+        key=lambda r: (r.source, r.qid),
+    )
+
+
+@dataclass(frozen=True)
+class IdfChoice:
+    """ψ's IDF corpus by name (``pooled``, ``per_source``, ``external`` with its texts), computed
+    from the records audited."""
+
+    corpus: str = "pooled"
+    external_texts: Sequence[str] | None = None
+
+
+@dataclass(frozen=True)
+class AuditContext:
+    """What the per-negative and per-record statistics of a query need from the whole collection
+    (docs/scale.md): ψ's vocabulary and IDF (:class:`~transferdx.diagnostics.lexical.IdfTables`),
+    the background sample η is measured against (empty in a lexical audit), and which qids each
+    positive passage belongs to (``other_positive``). Given it, a shard of the records split by
+    query gets each of its rows' values as the whole collection's audit gives them, bit for bit
+    (:func:`shard_values`)."""
+
+    idf: IdfTables
+    background: tuple[str, ...]
+    positives: PositiveOwners
+
+
+def audit_context(
+    records: Sequence[Record],
+    tokenizer: Tokenizer,
+    *,
+    idf_corpus: str = "pooled",
+    external_texts: Sequence[str] | None = None,
+    semantic: SemanticSettings | None = SemanticSettings(),
+    seed: int = 0,
+) -> AuditContext:
+    """The :class:`AuditContext` of the whole collection ``records`` (``semantic`` None: a lexical
+    audit, no background sample). The records are taken in the audit's order, (source, qid), whatever
+    order they come in: ψ's vocabulary is their query tokens in first-seen order, and the order in
+    which a query's IDF mass is summed follows it."""
+    records = _sorted_records(records, None)
+    return AuditContext(
+        idf_tables(records, tokenizer, idf_corpus, external_texts),
+        tuple(background_texts(records, semantic.background_size, seed)) if semantic is not None else (),
+        positive_owners(records),
+    )
+
+
+@dataclass(frozen=True)
+class ShardValues:
+    """The per-negative and per-record values of some records, before anything that pools a source
+    (π̂ and the flags it moves, the composite, the profile): ``negatives`` and ``records`` as the
+    audit's frames have them up to that point, ``probability`` (p(false negative) at the detectors'
+    training prior, per negative; None without the encoder), ``other_positive`` (per negative), and
+    the embeddings scored (``rows``; None without the encoder)."""
+
+    negatives: pd.DataFrame
+    records: pd.DataFrame
+    probability: np.ndarray | None
+    other_positive: np.ndarray
+    rows: Vectors | None = None
+
+
+def _values(
+    records: Sequence[Record],
+    tokenizer: Tokenizer,
+    encoder: EmbeddingCache | None,
+    semantic: SemanticSettings,
+    seed: int,
+    *,
+    idf: IdfChoice | IdfTables,
+    background: Sequence[str] | None,
+    owners: PositiveOwners | None,
+) -> ShardValues:
+    """:class:`ShardValues` of ``records`` (sorted as the audit sorts them); ``idf``, ``background``
+    and ``owners`` from an :class:`AuditContext`, or computed from these records (an
+    :class:`IdfChoice`, None, None)."""
+    if isinstance(idf, IdfTables):
+        negatives = negative_residuality(records, tokenizer, tables=idf)
+    else:
+        negatives = negative_residuality(records, tokenizer, idf.corpus, idf.external_texts)
+    negatives["coverage"] = 1.0 - negatives["psi"]
+    meta = [(n.method, n.relation, n.rank, n.judgment) for r in records for n in r.negatives]
+    for i, column in enumerate(("method", "relation", "rank", "judgment")):
+        negatives[column] = pd.array([m[i] for m in meta], dtype="Int64" if i >= 2 else object)
+    per_record = _lexical_records(records, negatives)
+    rows = None
+    if encoder is not None and records:
+        rows = _semantic(records, negatives, per_record, encoder, semantic, seed, background)
+    probability = _calibrated(records, negatives, per_record) if rows is not None else None
+    return ShardValues(negatives, per_record, probability, other_positive(records, owners), rows)
+
+
+def record_values(
+    records: Iterable[Record],
+    tokenizer: Tokenizer,
+    *,
+    encoder: EmbeddingCache | None = None,
+    semantic: SemanticSettings = SemanticSettings(),
+    seed: int = 0,
+    idf: IdfChoice = IdfChoice(),
+    kinds: Mapping[str, str] | None = None,
+) -> ShardValues:
+    """The per-negative and per-record values of a whole collection, as :func:`audit_records`
+    computes them before it pools each source (ψ's IDF, the background sample and the positives'
+    owners from these records; records in the audit's order, (source, qid))."""
+    return _values(
+        _sorted_records(records, kinds), tokenizer, encoder, semantic, seed, idf=idf, background=None, owners=None
+    )
+
+
+def shard_values(
+    records: Iterable[Record],
+    tokenizer: Tokenizer,
+    context: AuditContext,
+    *,
+    encoder: EmbeddingCache | None = None,
+    semantic: SemanticSettings = SemanticSettings(),
+    seed: int = 0,
+    kinds: Mapping[str, str] | None = None,
+) -> ShardValues:
+    """The per-negative and per-record values of a shard of a collection — every record of each of
+    its qids, of every source — given the collection's :func:`audit_context`: its rows are the ones
+    :func:`audit_records` computes for them over the whole collection, bit for bit, before π̂, the
+    flags, the composite and the profile pool each source (tests: DL19's six runs in 1–4 shards).
+    The embeddings are the cache's: the same vectors give the same values."""
+    if semantic.in_batch:
+        raise ValueError("the in-batch loss mixes queries of every shard: it cannot be computed on a shard")
+    return _values(
+        _sorted_records(records, kinds),
+        tokenizer,
+        encoder,
+        semantic,
+        seed,
+        idf=context.idf,
+        background=context.background if encoder is not None else None,
+        owners=context.positives,
+    )
+
+
 def audit_records(
     loaded: LoadResult,
     tokenizer: Tokenizer,
@@ -133,33 +277,29 @@ def audit_records(
 ) -> AuditResult:
     """Audit every source in ``loaded``: ψ always; the frozen-encoder statistics when ``encoder`` is
     given. ``kinds`` overrides the kind (genuine/control) of named sources."""
-    records = sorted(
-        (dataclasses.replace(r, kind=kinds[r.source]) if kinds and r.source in kinds else r for r in loaded.records),
-        key=lambda r: (r.source, r.qid),
+    records = _sorted_records(loaded.records, kinds)
+    values = record_values(
+        records, tokenizer, encoder=encoder, semantic=semantic, seed=seed, idf=IdfChoice(idf_corpus, external_texts)
     )
-    negatives = negative_residuality(records, tokenizer, idf_corpus, external_texts)
-    negatives["coverage"] = 1.0 - negatives["psi"]
-    meta = [(n.method, n.relation, n.rank, n.judgment) for r in records for n in r.negatives]
-    for i, column in enumerate(("method", "relation", "rank", "judgment")):
-        negatives[column] = pd.array([m[i] for m in meta], dtype="Int64" if i >= 2 else object)
-    per_record = _lexical_records(records, negatives)
+    negatives, per_record = values.negatives, values.records
     extra: dict[str, dict[str, Any]] = {}
-    scored = encoder is not None and bool(records)
-    if encoder is not None and records:
-        extra = _semantic(records, negatives, per_record, encoder, semantic, seed, resamples, confidence)
+    scored = values.rows is not None
+    if values.rows is not None:
+        extra = _composites(negatives, per_record, values.rows, semantic, seed, resamples, confidence)
     suspects, priors = _suspicion(
         records,
         negatives,
         per_record,
         semantic.suspicion,
         scored,
+        values.probability,
         seed=seed,
         resamples=resamples,
         confidence=confidence,
     )
-    for name, values in priors.items():
-        extra.setdefault(name, {}).update(values)
-    _other_positive(records, negatives, per_record)
+    for name, prior in priors.items():
+        extra.setdefault(name, {}).update(prior)
+    _add_other_positive(negatives, per_record, values.other_positive)
     if loaded.false_negatives:
         fn = false_negative_rates(
             loaded.false_negatives,
@@ -168,8 +308,8 @@ def audit_records(
             resamples=resamples,
             confidence=confidence,
         )
-        for name, values in fn.items():
-            extra.setdefault(name, {}).update(values)
+        for name, rates in fn.items():
+            extra.setdefault(name, {}).update(rates)
     profile = profile_sources(
         per_record,
         loaded.exclusions,
@@ -248,6 +388,7 @@ def _suspicion(
     per_record: pd.DataFrame,
     s: SuspicionSettings,
     scored: bool,
+    calibrated: np.ndarray | None,
     *,
     seed: int = 0,
     resamples: int = 1000,
@@ -259,40 +400,18 @@ def _suspicion(
     :func:`~transferdx.diagnostics.suspicion.suspect_negatives`), every source's (suspects.csv
     holds the genuine sources' rows, control_suspects.csv the controls'), sorted by
     ``fn_probability`` descending (undefined last), then s(q,n) − α·s(q,p) descending (undefined
-    last), then source, qid, neg_index. The encoder reasons reuse the audit's embeddings."""
-    counts = np.array([len(r.negatives) for r in records], dtype=np.int64)
-    owner = np.repeat(np.arange(len(records)), counts)
+    last), then source, qid, neg_index. The encoder reasons reuse the audit's embeddings;
+    ``calibrated``: :func:`_calibrated`'s probabilities (None without the encoder)."""
+    inputs = _suspicion_inputs(records, negatives, per_record, scored)
+    owner = inputs.owner
     nan = np.full(len(owner), np.nan)
-    s_qp = per_record["s_qp"].to_numpy(dtype=np.float64)[owner] if scored else nan
-    s_qn = negatives["s_qn"].to_numpy(dtype=np.float64) if scored else nan
-    s_pn = negatives["s_pn"].to_numpy(dtype=np.float64) if scored else nan
-    inputs = SuspicionInputs(
-        owner=owner,
-        neg_ids=[n.id for r in records for n in r.negatives],
-        neg_texts=[n.text for r in records for n in r.negatives],
-        positives=[[p.text for p in r.positives] for r in records],
-        s_qp=s_qp if scored else None,
-        s_qn=s_qn if scored else None,
-        s_pn=s_pn if scored else None,
-        coverage=negatives["coverage"].to_numpy(dtype=np.float64),
-        position=negatives["neg_index"].to_numpy(dtype=np.float64),
-    )
+    s_qp = inputs.s_qp if inputs.s_qp is not None else nan
+    s_qn = inputs.s_qn if inputs.s_qn is not None else nan
+    s_pn = inputs.s_pn if inputs.s_pn is not None else nan
     priors: dict[str, dict[str, float]] = {}
-    if scored:
-        share, best = agreement(
-            np.asarray([r.qid for r in records], dtype=object),
-            np.asarray([r.source for r in records], dtype=object),
-            np.asarray([r.kind == "genuine" for r in records], dtype=bool),
-            owner,
-            np.asarray(
-                [passage_key(i, t) for i, t in zip(inputs.neg_ids, inputs.neg_texts, strict=True)], dtype=object
-            ),
-        )
-        inputs = dataclasses.replace(inputs, agree_share=share, agree_best=best)
-        calibrated = probabilities(inputs)
-        if calibrated is not None:
-            adjusted, priors = source_priors(records, owner, calibrated, seed, resamples, confidence)
-            inputs = dataclasses.replace(inputs, probability=adjusted)
+    if calibrated is not None:
+        adjusted, priors = source_priors(records, owner, calibrated, seed, resamples, confidence)
+        inputs = dataclasses.replace(inputs, probability=adjusted)
     flags = suspect_negatives(inputs, s)
     for col in flags.columns:
         negatives[col] = flags[col].to_numpy() if col in ("fn_reasons", "fn_suspect") else flags[col].array
@@ -340,6 +459,42 @@ def _suspicion(
     return suspects, priors
 
 
+def _suspicion_inputs(
+    records: Sequence[Record], negatives: pd.DataFrame, per_record: pd.DataFrame, scored: bool
+) -> SuspicionInputs:
+    """What the §3.9 reasons read, per negative (the encoder's scores only when ``scored``)."""
+    counts = np.array([len(r.negatives) for r in records], dtype=np.int64)
+    owner = np.repeat(np.arange(len(records)), counts)
+    return SuspicionInputs(
+        owner=owner,
+        neg_ids=[n.id for r in records for n in r.negatives],
+        neg_texts=[n.text for r in records for n in r.negatives],
+        positives=[[p.text for p in r.positives] for r in records],
+        s_qp=per_record["s_qp"].to_numpy(dtype=np.float64)[owner] if scored else None,
+        s_qn=negatives["s_qn"].to_numpy(dtype=np.float64) if scored else None,
+        s_pn=negatives["s_pn"].to_numpy(dtype=np.float64) if scored else None,
+        coverage=negatives["coverage"].to_numpy(dtype=np.float64),
+        position=negatives["neg_index"].to_numpy(dtype=np.float64),
+    )
+
+
+def _calibrated(records: Sequence[Record], negatives: pd.DataFrame, per_record: pd.DataFrame) -> np.ndarray | None:
+    """p(false negative) per negative at the detectors' training prior (before a source's π̂ moves
+    it): the other sources' agreement on the query (a query's records of every source are all
+    here), then :func:`~transferdx.diagnostics.suspicion.probabilities`. None without the encoder."""
+    if "s_qn" not in negatives:
+        return None
+    inputs = _suspicion_inputs(records, negatives, per_record, True)
+    share, best = agreement(
+        np.asarray([r.qid for r in records], dtype=object),
+        np.asarray([r.source for r in records], dtype=object),
+        np.asarray([r.kind == "genuine" for r in records], dtype=bool),
+        inputs.owner,
+        np.asarray([passage_key(i, t) for i, t in zip(inputs.neg_ids, inputs.neg_texts, strict=True)], dtype=object),
+    )
+    return probabilities(dataclasses.replace(inputs, agree_share=share, agree_best=best))
+
+
 PRIOR_STREAM = 0xF2  # the prior's bootstrap stream key, next to the false-negative rates' 0xF1
 # Why fn_probability is moved down to π̂ but never up past the detectors' training prior: on files mined
 # with sentence-transformers over TREC-DL19/DL21 (experiments/results/fn_years/mined_check.md) the
@@ -384,15 +539,14 @@ def source_priors(
     return adjusted, out
 
 
-def _other_positive(records: Sequence[Record], negatives: pd.DataFrame, per_record: pd.DataFrame) -> None:
+def _add_other_positive(negatives: pd.DataFrame, per_record: pd.DataFrame, hit: np.ndarray) -> None:
     """Adds ``other_positive`` to ``negatives`` (the negative is a positive of another qid, not of its
     own: :func:`~transferdx.diagnostics.other_positive.other_positive`) and ``n_other_positive`` to
     ``per_record``, in place. Not a suspicion reason; the source rate ``other_positive_rate`` feeds the
     absolute flag ``copies_other_positive``."""
-    hit = other_positive(records)
-    owner = np.repeat(np.arange(len(records)), per_record["n_negatives"].to_numpy(dtype=np.int64))
+    owner = np.repeat(np.arange(len(per_record)), per_record["n_negatives"].to_numpy(dtype=np.int64))
     negatives["other_positive"] = hit
-    per_record["n_other_positive"] = np.bincount(owner, weights=hit, minlength=len(records)).astype(np.int64)
+    per_record["n_other_positive"] = np.bincount(owner, weights=hit, minlength=len(per_record)).astype(np.int64)
 
 
 def _lexical_records(records: Sequence[Record], negatives: pd.DataFrame) -> pd.DataFrame:
@@ -431,6 +585,9 @@ def background_texts(records: Sequence[Record], size: int, seed: int) -> list[st
     return [pool[i] for i in sorted(picks)]
 
 
+Vectors = tuple[IndexedRows, IndexedRows, IndexedRows]  # (e_q, e_p, e_n): per record, per record, per negative
+
+
 def _semantic(
     records: Sequence[Record],
     negatives: pd.DataFrame,
@@ -438,12 +595,12 @@ def _semantic(
     encoder: EmbeddingCache,
     s: SemanticSettings,
     seed: int,
-    resamples: int = 1000,
-    confidence: float = 0.95,
-) -> dict[str, dict[str, Any]]:
+    background: Sequence[str] | None = None,
+) -> Vectors:
     """Adds the frozen-encoder columns to ``negatives`` and ``per_record`` (in place); returns the
-    per-source composites with their percentile bootstrap CIs over records (``<form>_ci_low`` /
-    ``<form>_ci_high``; the source's own stream, so the same resamples as its other statistics).
+    embeddings they were scored on, for the composite (:func:`_composites`). ``background``: the
+    sample η is measured against (default: :func:`background_texts` of these records; a shard is
+    given the whole collection's).
 
     Memory: each distinct text's vector is held once (queries Q, passages P); the per-negative
     embeddings are gathers of their rows (:class:`IndexedRows`), scored ``s.chunk_negatives`` at
@@ -452,10 +609,11 @@ def _semantic(
     counts = per_record["n_negatives"].to_numpy()
     owner = np.repeat(np.arange(len(records)), counts)
     queries = list(dict.fromkeys(r.query for r in records))
-    background = background_texts(records, s.background_size, seed)
+    if background is None:
+        background = background_texts(records, s.background_size, seed)
     passages = list(
         dict.fromkeys(
-            [r.positives[0].text for r in records] + [n.text for r in records for n in r.negatives] + background
+            [r.positives[0].text for r in records] + [n.text for r in records for n in r.negatives] + list(background)
         )
     )
     q_vec = encoder.embed(queries, "query")
@@ -500,8 +658,29 @@ def _semantic(
         per_record[f"n_band_{name}"] = np.bincount(owner, weights=neg["band"] == i, minlength=n).astype(np.int64)
     for name, hit in buckets(neg["rho"], neg["eta"]).items():
         per_record[f"n_bucket_{name}"] = np.bincount(owner, weights=hit, minlength=n).astype(np.int64)
+    return e_q, e_p, e_n
 
-    w = weights(neg["rho"], neg["eta"], negatives["psi"].to_numpy(dtype=np.float64), s.composite)
+
+def _composites(
+    negatives: pd.DataFrame,
+    per_record: pd.DataFrame,
+    vectors: Vectors,
+    s: SemanticSettings,
+    seed: int,
+    resamples: int = 1000,
+    confidence: float = 0.95,
+) -> dict[str, dict[str, Any]]:
+    """The per-source composites with their percentile bootstrap CIs over records (``<form>_ci_low``
+    / ``<form>_ci_high``; the source's own stream, so the same resamples as its other statistics),
+    from the embeddings :func:`_semantic` scored."""
+    e_q, e_p, e_n = vectors
+    owner = np.repeat(np.arange(len(per_record)), per_record["n_negatives"].to_numpy())
+    w = weights(
+        negatives["rho"].to_numpy(dtype=np.float64),
+        negatives["eta"].to_numpy(dtype=np.float64),
+        negatives["psi"].to_numpy(dtype=np.float64),
+        s.composite,
+    )
     neg_source = negatives["source"].to_numpy()
     rec_source = per_record["source"].to_numpy()
     composites: dict[str, dict[str, Any]] = {}
@@ -532,7 +711,7 @@ def _semantic(
             composites[name][f"composite_{form}_ci_low"] = est.ci_low
             composites[name][f"composite_{form}_ci_high"] = est.ci_high
         composites[name]["composite_ci_resamples"] = n_resamples
-        composites[name]["embedding_dim"] = int(q_vec.shape[1])
+        composites[name]["embedding_dim"] = int(e_n.shape[1])
     return composites
 
 

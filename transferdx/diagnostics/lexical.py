@@ -282,12 +282,86 @@ def passage_identity(texts: Sequence[str]) -> np.ndarray:
     )
 
 
+@dataclass(frozen=True)
+class IdfTables:
+    """What ψ needs from the whole collection, so that the ψ of any subset of its records (a shard
+    split by query) is the whole's, bit for bit: ``vocab``, the query tokens of *all* records in
+    first-seen order (the columns, and so the order in which a query's IDF mass is summed), and each
+    source's (df, N) on it under the audit's IDF corpus (:func:`idf_tables`)."""
+
+    vocab: Mapping[str, int]
+    corpora: Mapping[str, tuple[np.ndarray, int]]
+
+
+@dataclass
+class _Pairs:
+    """The (query, passage) pairs of a list of records, as ids into the records' distinct texts."""
+
+    queries: TextTable
+    passages: TextTable  # negatives first, then positives (first-seen order)
+    pair_q: np.ndarray
+    pair_d: np.ndarray
+    neg_codes: np.ndarray
+    neg_distinct: list[object]
+    source_codes: np.ndarray
+    source_names: list[str]
+    source_rows: dict[str, np.ndarray]  # rows of ``passages`` among each source's positives and negatives
+    n_neg: np.ndarray
+
+
+def _pairs(records: Sequence[Record]) -> _Pairs:
+    n_neg = np.fromiter((len(r.negatives) for r in records), dtype=np.int64, count=len(records))
+    n_pos = np.fromiter((len(r.positives) for r in records), dtype=np.int64, count=len(records))
+    # loaded passages are interned (transferdx.inputs.texts): a repeated passage is one object, so
+    # negatives are factorised by identity and texts and ids are read once per distinct object
+    neg_codes, neg_distinct = _by_identity(list(chain.from_iterable(map(attrgetter("negatives"), records))))
+    queries, passages = TextTable(), TextTable()
+    pair_q = np.repeat(queries.ids(list(map(attrgetter("query"), records))), n_neg)
+    pair_d = passages.ids(list(map(attrgetter("text"), neg_distinct)))[neg_codes]
+    pos_d = passages.ids(list(map(attrgetter("text"), chain.from_iterable(map(attrgetter("positives"), records)))))
+    source_codes, source_names = _factorize([r.source for r in records])
+    pair_src = np.repeat(source_codes, n_neg)
+    pos_src = np.repeat(source_codes, n_pos)
+    source_rows = {
+        name: np.unique(np.concatenate([pair_d[pair_src == i], pos_d[pos_src == i]]))
+        for i, name in enumerate(source_names)
+    }
+    return _Pairs(
+        queries, passages, pair_q, pair_d, neg_codes, neg_distinct, source_codes, source_names, source_rows, n_neg
+    )
+
+
+def _corpora(
+    pairs: _Pairs, mats: TokenMatrices, tokenizer: Tokenizer, idf_corpus: str, external_texts: Sequence[str] | None
+) -> dict[str, tuple[np.ndarray, int]]:
+    rule = get_idf_corpus(idf_corpus)
+    external = None
+    if external_texts is not None:
+        external = _incidence(external_texts, tokenizer, mats.vocab, "tokenise IDF corpus")
+    return rule(IdfContext(mats, pairs.source_rows, external, passage_identity(pairs.passages.texts)))
+
+
+def idf_tables(
+    records: Sequence[Record],
+    tokenizer: Tokenizer,
+    idf_corpus: str = "pooled",
+    external_texts: Sequence[str] | None = None,
+) -> IdfTables:
+    """:class:`IdfTables` of ``records`` (the whole collection): its query vocabulary and each
+    source's (df, N) under ``idf_corpus`` — what :func:`negative_residuality` computes for itself
+    when it is given no tables."""
+    pairs = _pairs(records)
+    mats = token_matrices(pairs.queries.texts, pairs.passages.texts, tokenizer)
+    return IdfTables(mats.vocab, _corpora(pairs, mats, tokenizer, idf_corpus, external_texts))
+
+
 def negative_residuality(
     records: Sequence[Record],
     tokenizer: Tokenizer,
     idf_corpus: str = "pooled",
     external_texts: Sequence[str] | None = None,
     texts: TextTable | None = None,
+    tables: IdfTables | None = None,
 ) -> pd.DataFrame:
     """One row per (record, negative): ``source, qid, neg_index, neg_id, psi``; with ``texts``, also
     ``query_id`` and ``text_id``: the ids of the query and of the negative's text in that table
@@ -296,48 +370,45 @@ def negative_residuality(
     The pooled IDF corpus is the set of unique passages among all positives and negatives of all
     records passed in, one per passage identity (normalised text: Unicode NFKC, case-folded,
     whitespace collapsed; :func:`passage_identity`), so whitespace variants of one passage count once.
+    With ``tables`` (:func:`idf_tables` of a larger collection these records are part of), the
+    vocabulary and IDF are those (``idf_corpus`` and ``external_texts`` are then not used): the ψ of
+    each negative is the one the whole collection's audit gives it, bit for bit.
 
     Memory and time grow with the distinct texts and pairs, not with the copies: each distinct text
     is tokenised once, negatives are integer ids into text tables, and ψ is computed once per
     distinct (query, passage) pair among the sources that share one IDF corpus.
     """
-    rule = get_idf_corpus(idf_corpus)
-    n_neg = np.fromiter((len(r.negatives) for r in records), dtype=np.int64, count=len(records))
-    n_pos = np.fromiter((len(r.positives) for r in records), dtype=np.int64, count=len(records))
-    # loaded passages are interned (transferdx.inputs.texts): a repeated passage is one object, so
-    # negatives are factorised by identity and texts and ids are read once per distinct object
-    neg_codes, neg_distinct = _by_identity(list(chain.from_iterable(map(attrgetter("negatives"), records))))
-    queries, passages = TextTable(), TextTable()  # negatives first, then positives (first-seen order)
-    pair_q = np.repeat(queries.ids(list(map(attrgetter("query"), records))), n_neg)
-    pair_d = passages.ids(list(map(attrgetter("text"), neg_distinct)))[neg_codes]
-    pos_d = passages.ids(list(map(attrgetter("text"), chain.from_iterable(map(attrgetter("positives"), records)))))
-    source_codes, source_names = _factorize([r.source for r in records])
-
-    pair_src = np.repeat(source_codes, n_neg)
-    pos_src = np.repeat(source_codes, n_pos)
-    source_rows = {
-        name: np.unique(np.concatenate([pair_d[pair_src == i], pos_d[pos_src == i]]))
-        for i, name in enumerate(source_names)
-    }
-
-    mats = token_matrices(queries.texts, passages.texts, tokenizer)
-    external = None
-    if external_texts is not None:
-        external = _incidence(external_texts, tokenizer, mats.vocab, "tokenise IDF corpus")
-    per_source = rule(IdfContext(mats, source_rows, external, passage_identity(passages.texts)))
-    psi = pair_residuality(mats, pair_q, pair_d, pair_src, [per_source[name] for name in source_names])
+    pairs = _pairs(records)
+    if tables is None:
+        mats = token_matrices(pairs.queries.texts, pairs.passages.texts, tokenizer)
+        per_source = _corpora(pairs, mats, tokenizer, idf_corpus, external_texts)
+    else:
+        vocab = tables.vocab
+        mats = TokenMatrices(
+            vocab,
+            _incidence(pairs.queries.texts, tokenizer, vocab, "tokenise queries"),
+            _incidence(pairs.passages.texts, tokenizer, vocab, "tokenise passages"),
+        )
+        missing = [name for name in pairs.source_names if name not in tables.corpora]
+        if missing:
+            raise ValueError(f"the IDF tables have no corpus for sources {missing}")
+        per_source = dict(tables.corpora)
+    pair_src = np.repeat(pairs.source_codes, pairs.n_neg)
+    corpora = [per_source[name] for name in pairs.source_names]
+    psi = pair_residuality(mats, pairs.pair_q, pairs.pair_d, pair_src, corpora)
+    n_neg = pairs.n_neg
     frame = pd.DataFrame(
         {
             "source": np.repeat(np.asarray([r.source for r in records], dtype=object), n_neg),
             "qid": np.repeat(np.asarray([r.qid for r in records], dtype=object), n_neg),
-            "neg_index": np.arange(len(pair_q)) - np.repeat(np.cumsum(n_neg) - n_neg, n_neg),
-            "neg_id": np.asarray(list(map(attrgetter("id"), neg_distinct)), dtype=object)[neg_codes],
+            "neg_index": np.arange(len(pairs.pair_q)) - np.repeat(np.cumsum(n_neg) - n_neg, n_neg),
+            "neg_id": np.asarray(list(map(attrgetter("id"), pairs.neg_distinct)), dtype=object)[pairs.neg_codes],
             "psi": psi,
         }
     )
     if texts is not None:
-        frame["query_id"] = texts.ids(queries.texts)[pair_q]
-        frame["text_id"] = texts.ids(passages.texts)[pair_d]
+        frame["query_id"] = texts.ids(pairs.queries.texts)[pairs.pair_q]
+        frame["text_id"] = texts.ids(pairs.passages.texts)[pairs.pair_d]
     return frame
 
 

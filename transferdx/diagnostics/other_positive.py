@@ -15,32 +15,30 @@ import numpy as np
 
 from transferdx.inputs.records import Record, passage_key
 
+# positive passage key → its qid, or the set of its qids when it is a positive of several
+PositiveOwners = dict[str, str | set[str]]
 
-def other_positive(records: Sequence[Record]) -> np.ndarray:
-    """Per negative, in record order then negative order (the audit's per-negative rows): True when
-    its passage is a positive of some record with a different qid and not a positive of its own
-    record's qid. Range: a bool array of length Σ_i K_i.
 
-    The passage is identified by :func:`~transferdx.inputs.records.passage_key`, for negatives and
-    positives alike: its id, or its normalised text when the id is absent or empty (so a passage
-    given with an id in one place and without in another is two passages). Positives are pooled over
-    every record given (any source, any kind), and a qid means one query whatever its source: a
-    negative that is a positive of its own qid in another source is its own positive, not counted.
+class _Keys:
+    """:func:`~transferdx.inputs.records.passage_key` with an id-less text normalised once."""
 
-    One hash join, O(Σ positives + Σ negatives) dictionary look-ups (an id-less text is normalised
-    once), no embeddings."""
-    by_text: dict[str, str] = {}  # an id-less passage's key, normalised once per distinct text
+    def __init__(self) -> None:
+        self.by_text: dict[str, str] = {}
 
-    def key(pid: str, text: str) -> str:
+    def __call__(self, pid: str, text: str) -> str:
         if pid:
             return passage_key(pid, text)
-        out = by_text.get(text)
+        out = self.by_text.get(text)
         if out is None:
-            out = by_text[text] = passage_key(pid, text)
+            out = self.by_text[text] = passage_key(pid, text)
         return out
 
-    # positive key → its qid, or the set of its qids when it is a positive of several
-    owners: dict[str, str | set[str]] = {}
+
+def positive_owners(records: Sequence[Record], key: _Keys | None = None) -> PositiveOwners:
+    """Which qids each positive passage (by :func:`~transferdx.inputs.records.passage_key`) is a
+    positive of, over every record given (any source, any kind): a qid, or a set of several."""
+    key = key or _Keys()
+    owners: PositiveOwners = {}
     for r in records:
         for p in r.positives:
             k = key(p.id, p.text)
@@ -52,6 +50,27 @@ def other_positive(records: Sequence[Record]) -> np.ndarray:
                     owners[k] = {held, r.qid}
             else:
                 held.add(r.qid)
+    return owners
+
+
+def other_positive(records: Sequence[Record], owners: PositiveOwners | None = None) -> np.ndarray:
+    """Per negative, in record order then negative order (the audit's per-negative rows): True when
+    its passage is a positive of some record with a different qid and not a positive of its own
+    record's qid. Range: a bool array of length Σ_i K_i.
+
+    The passage is identified by :func:`~transferdx.inputs.records.passage_key`, for negatives and
+    positives alike: its id, or its normalised text when the id is absent or empty (so a passage
+    given with an id in one place and without in another is two passages). Positives are pooled over
+    every record given (any source, any kind) — or, with ``owners``, taken from
+    :func:`positive_owners` of a larger collection these records are part of (a shard split by
+    query: its flags are then the whole collection's) — and a qid means one query whatever its
+    source: a negative that is a positive of its own qid in another source is its own positive,
+    not counted.
+
+    One hash join, O(Σ positives + Σ negatives) dictionary look-ups (an id-less text is normalised
+    once), no embeddings."""
+    key = _Keys()
+    owners = positive_owners(records, key) if owners is None else owners
 
     def flag(qid: str, pid: str, text: str) -> bool:
         held = owners.get(key(pid, text))

@@ -22,9 +22,11 @@ changed; a map killed mid-run keeps the cache chunks it flushed, so its rerun en
 
 What is sharded is the encoder, the part of a semantic audit that grows with the collection and needs
 an accelerator (measured shares: docs/benchmarks.md). The statistics (ψ's tokenisation, the
-per-negative scores, the bootstrap) still run in the reduce over the whole collection; splitting
-them into per-shard sufficient statistics (records split by query, a second array after the maps)
-is the next step (issue 35).
+per-negative scores, the bootstrap) still run in the reduce over the whole collection. Their per-row
+half can be computed by shards of records split by query
+(:func:`~transferdx.auditing.core.shard_values`, exact given
+:func:`~transferdx.auditing.core.audit_context`); the tasks that would run it and the merge that
+would pool each source are the next step (issue 35).
 
 :func:`audit_sharded` runs map and reduce from Python (the maps in this process, or through the
 ``run_maps`` callable given); ``transferdx-audit audit.shards=N`` does the same from the command
