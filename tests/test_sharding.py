@@ -177,3 +177,24 @@ def test_in_batch_loss_cannot_be_sharded(tmp_path):
     )
     with pytest.raises(ValueError, match="in-batch"):
         shard_plan(prepared, 2, tmp_path)
+
+
+def test_one_audit_hashes_its_texts_into_shares_once(tmp_path, monkeypatch):
+    """``audit.stage=all`` with every map to run: the digests, the maps and the reduce read one list
+    of shares (each text's SHA-256 taken once, not once for the digests and again for the maps); a
+    plan handed another prepared audit computes that one's. Kills: the shares recomputed per step."""
+    import transferdx.pipeline.sharding as sharding
+
+    calls = []
+    real = sharding.text_shares
+    monkeypatch.setattr(sharding, "text_shares", lambda prepared, n: calls.append(n) or real(prepared, n))
+    kw = {"encoder": None, "semantic": None, "resamples": 20, "cache_dir": tmp_path, "controls": "none"}
+    records = tdx.load("demo").records
+    audit_sharded(records, shards=3, **kw)
+    assert calls == [3]
+    prepared = tdx.pipeline.prepare_audit(records[1:], **kw)
+    plan = shard_plan(prepared, 3, tmp_path)
+    assert plan.shares(prepared) is plan.shares(prepared) and calls == [3, 3]
+    other = tdx.pipeline.prepare_audit(records[2:], **kw)
+    assert sum(len(s.queries) for s in plan.shares(other)) == len({r.query for r in records[2:]})
+    assert calls == [3, 3, 3]

@@ -173,14 +173,12 @@ class ShardValues:
     """The per-negative and per-record values of some records, before anything that pools a source
     (π̂ and the flags it moves, the composite, the profile): ``negatives`` and ``records`` as the
     audit's frames have them up to that point, ``probability`` (p(false negative) at the detectors'
-    training prior, per negative; None without the encoder), ``other_positive`` (per negative), and
-    the embeddings scored (``rows``; None without the encoder)."""
+    training prior, per negative; None without the encoder) and ``other_positive`` (per negative)."""
 
     negatives: pd.DataFrame
     records: pd.DataFrame
     probability: np.ndarray | None
     other_positive: np.ndarray
-    rows: Vectors | None = None
 
 
 def _values(
@@ -193,10 +191,12 @@ def _values(
     idf: IdfChoice | IdfTables,
     background: Sequence[str] | None,
     owners: PositiveOwners | None,
-) -> ShardValues:
-    """:class:`ShardValues` of ``records`` (sorted as the audit sorts them); ``idf``, ``background``
-    and ``owners`` from an :class:`AuditContext`, or computed from these records (an
-    :class:`IdfChoice`, None, None)."""
+) -> tuple[ShardValues, Vectors | None]:
+    """:class:`ShardValues` of ``records`` (sorted as the audit sorts them) without the probability,
+    and the embeddings scored (None without the encoder); ``idf``, ``background`` and ``owners``
+    from an :class:`AuditContext`, or computed from these records (an :class:`IdfChoice`, None,
+    None). The probability comes after (:func:`_with_probability`), once the caller has let go of the
+    vectors: its working set and theirs are not held at once."""
     if isinstance(idf, IdfTables):
         negatives = negative_residuality(records, tokenizer, tables=idf)
     else:
@@ -209,8 +209,12 @@ def _values(
     rows = None
     if encoder is not None and records:
         rows = _semantic(records, negatives, per_record, encoder, semantic, seed, background)
-    probability = _calibrated(records, negatives, per_record) if rows is not None else None
-    return ShardValues(negatives, per_record, probability, other_positive(records, owners), rows)
+    return ShardValues(negatives, per_record, None, other_positive(records, owners)), rows
+
+
+def _with_probability(records: Sequence[Record], values: ShardValues) -> ShardValues:
+    """``values`` with :func:`_calibrated`'s probabilities (None when no encoder scored them)."""
+    return dataclasses.replace(values, probability=_calibrated(records, values.negatives, values.records))
 
 
 def record_values(
@@ -226,9 +230,9 @@ def record_values(
     """The per-negative and per-record values of a whole collection, as :func:`audit_records`
     computes them before it pools each source (ψ's IDF, the background sample and the positives'
     owners from these records; records in the audit's order, (source, qid))."""
-    return _values(
-        _sorted_records(records, kinds), tokenizer, encoder, semantic, seed, idf=idf, background=None, owners=None
-    )
+    records = _sorted_records(records, kinds)
+    values, _ = _values(records, tokenizer, encoder, semantic, seed, idf=idf, background=None, owners=None)
+    return _with_probability(records, values)
 
 
 def shard_values(
@@ -248,8 +252,9 @@ def shard_values(
     The embeddings are the cache's: the same vectors give the same values."""
     if semantic.in_batch:
         raise ValueError("the in-batch loss mixes queries of every shard: it cannot be computed on a shard")
-    return _values(
-        _sorted_records(records, kinds),
+    records = _sorted_records(records, kinds)
+    values, _ = _values(
+        records,
         tokenizer,
         encoder,
         semantic,
@@ -258,6 +263,7 @@ def shard_values(
         background=context.background if encoder is not None else None,
         owners=context.positives,
     )
+    return _with_probability(records, values)
 
 
 def audit_records(
@@ -278,28 +284,38 @@ def audit_records(
     """Audit every source in ``loaded``: ψ always; the frozen-encoder statistics when ``encoder`` is
     given. ``kinds`` overrides the kind (genuine/control) of named sources."""
     records = _sorted_records(loaded.records, kinds)
-    values = record_values(
-        records, tokenizer, encoder=encoder, semantic=semantic, seed=seed, idf=IdfChoice(idf_corpus, external_texts)
+    values, vectors = _values(
+        records,
+        tokenizer,
+        encoder,
+        semantic,
+        seed,
+        idf=IdfChoice(idf_corpus, external_texts),
+        background=None,
+        owners=None,
     )
-    negatives, per_record = values.negatives, values.records
+    negatives, per_record, hit = values.negatives, values.records, values.other_positive
     extra: dict[str, dict[str, Any]] = {}
-    scored = values.rows is not None
-    if values.rows is not None:
-        extra = _composites(negatives, per_record, values.rows, semantic, seed, resamples, confidence)
+    scored = vectors is not None
+    if vectors is not None:
+        extra = _composites(negatives, per_record, vectors, semantic, seed, resamples, confidence)
+    del vectors  # before the probabilities, as before the values were split: their working sets not held at once
+    calibrated = _with_probability(records, values).probability
+    del values
     suspects, priors = _suspicion(
         records,
         negatives,
         per_record,
         semantic.suspicion,
         scored,
-        values.probability,
+        calibrated,
         seed=seed,
         resamples=resamples,
         confidence=confidence,
     )
     for name, prior in priors.items():
         extra.setdefault(name, {}).update(prior)
-    _add_other_positive(negatives, per_record, values.other_positive)
+    _add_other_positive(negatives, per_record, hit)
     if loaded.false_negatives:
         fn = false_negative_rates(
             loaded.false_negatives,

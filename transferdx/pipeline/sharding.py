@@ -127,6 +127,16 @@ class ShardPlan:
 
     folder: Path
     shards: int
+    # (the prepared audit, its text_shares): hashed once per audit, however many steps ask
+    _shares: tuple[PreparedAudit, list[TextShare]] | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    def shares(self, prepared: PreparedAudit) -> list[TextShare]:
+        """:func:`text_shares` of ``prepared`` in this plan's N, computed once for that prepared audit
+        (the digests, the maps and the work files of one ``audit.stage=all`` read the same list)."""
+        if self._shares is None or self._shares[0] is not prepared:
+            object.__setattr__(self, "_shares", (prepared, text_shares(prepared, self.shards)))
+        assert self._shares is not None
+        return self._shares[1]
 
     def marker(self, shard: int) -> Path:
         return self.folder / f"shard-{shard:04d}-of-{self.shards:04d}.json"
@@ -183,7 +193,7 @@ def write_shard_work(prepared: PreparedAudit, plan: ShardPlan, shards: Sequence[
     task launched elsewhere reads its own texts instead of loading the whole input."""
     import gzip
 
-    shares, paths = text_shares(prepared, plan.shards), []
+    shares, paths = plan.shares(prepared), []
     for shard in shards:
         data = json.dumps(shard_work(plan, shard, shares[shard]), ensure_ascii=False).encode("utf-8")
         paths.append(atomic_write_bytes(plan.work(shard), gzip.compress(data, mtime=0)))
@@ -223,7 +233,7 @@ def encode_shard(prepared: PreparedAudit, plan: ShardPlan, shard: int) -> dict[s
     if not 0 <= shard < plan.shards:
         raise ValueError(f"audit.shard must be in 0 … {plan.shards - 1}, got {shard}")
     started = time.perf_counter()
-    return _encode(prepared.encoder, plan, shard_work(plan, shard, text_shares(prepared, plan.shards)[shard]), started)
+    return _encode(prepared.encoder, plan, shard_work(plan, shard, plan.shares(prepared)[shard]), started)
 
 
 def encode_shard_work(path: str | Path, encoder: EmbeddingCache | None) -> dict[str, Any]:
@@ -241,7 +251,7 @@ def encode_shard_work(path: str | Path, encoder: EmbeddingCache | None) -> dict[
 
 def shard_digests(prepared: PreparedAudit, plan: ShardPlan) -> list[str]:
     """:meth:`TextShare.digest` of every map's share, in shard order."""
-    return [share.digest() for share in text_shares(prepared, plan.shards)]
+    return [share.digest() for share in plan.shares(prepared)]
 
 
 def missing_shards(prepared: PreparedAudit, plan: ShardPlan, digests: Sequence[str] | None = None) -> list[int]:
@@ -299,7 +309,7 @@ MapRunner = Callable[[PreparedAudit, ShardPlan, list[int]], None]
 
 def run_maps_here(prepared: PreparedAudit, plan: ShardPlan, shards: list[int]) -> None:
     """Run the map tasks ``shards`` one after another in this process."""
-    shares = text_shares(prepared, plan.shards)
+    shares = plan.shares(prepared)
     for shard in shards:
         _encode(prepared.encoder, plan, shard_work(plan, shard, shares[shard]), time.perf_counter())
 
@@ -355,7 +365,7 @@ class ShardSettings:
 
 
 def _stage_all(prepared: PreparedAudit, plan: ShardPlan, s: ShardSettings) -> Audit:
-    digests = shard_digests(prepared, plan)  # once: the reduce checks the maps' markers against them
+    digests = shard_digests(prepared, plan)  # the shares hashed once (plan.shares): maps and reduce reuse them
     if missing := missing_shards(prepared, plan, digests):
         s.run_maps(prepared, plan, missing)
     return reduce_shards(prepared, plan, digests)
