@@ -231,8 +231,8 @@ def record_values(
     computes them before it pools each source (ψ's IDF, the background sample and the positives'
     owners from these records; records in the audit's order, (source, qid))."""
     records = _sorted_records(records, kinds)
-    values, _ = _values(records, tokenizer, encoder, semantic, seed, idf=idf, background=None, owners=None)
-    return _with_probability(records, values)
+    values = _values(records, tokenizer, encoder, semantic, seed, idf=idf, background=None, owners=None)[0]
+    return _with_probability(records, values)  # the vectors already let go (not held beside its working set)
 
 
 def shard_values(
@@ -253,7 +253,7 @@ def shard_values(
     if semantic.in_batch:
         raise ValueError("the in-batch loss mixes queries of every shard: it cannot be computed on a shard")
     records = _sorted_records(records, kinds)
-    values, _ = _values(
+    values = _values(
         records,
         tokenizer,
         encoder,
@@ -262,7 +262,7 @@ def shard_values(
         idf=context.idf,
         background=context.background if encoder is not None else None,
         owners=context.positives,
-    )
+    )[0]
     return _with_probability(records, values)
 
 
