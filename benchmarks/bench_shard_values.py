@@ -45,24 +45,6 @@ def traced(step: Callable[[], Any]) -> tuple[Any, float, float]:
     return out, wall, (peak - before) / 2**20
 
 
-def merged(frames: list[pd.DataFrame]) -> pd.DataFrame:
-    out = pd.concat(frames, ignore_index=True)
-    order = np.lexsort((np.arange(len(out)), out["qid"].to_numpy(str), out["source"].to_numpy(str)))
-    return out.iloc[order].reset_index(drop=True)
-
-
-def per_negative(records: list[pd.DataFrame], arrays: list[np.ndarray]) -> np.ndarray:
-    keys = pd.concat(
-        [
-            pd.DataFrame({"s": np.repeat(r["source"], r["n_negatives"]), "q": np.repeat(r["qid"], r["n_negatives"])})
-            for r in records
-        ],
-        ignore_index=True,
-    )
-    order = np.lexsort((np.arange(len(keys)), keys["q"].to_numpy(str), keys["s"].to_numpy(str)))
-    return np.concatenate(arrays)[order]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--negatives", type=int, default=1_000_000)
@@ -71,7 +53,7 @@ def main() -> None:
     args = parser.parse_args()
 
     import transferdx as tdx
-    from transferdx.auditing.core import SemanticSettings, audit_context, record_values, shard_values
+    from transferdx.auditing.core import SemanticSettings, audit_context, merge_values, record_values, shard_values
     from transferdx.diagnostics.composite import CompositeSettings
     from transferdx.diagnostics.tokens import alnum
     from transferdx.embed import EmbeddingCache, EncoderSpec
@@ -104,12 +86,12 @@ def main() -> None:
                 f"shard {i}: {len(part):,} records, {len(got.negatives):,} negatives, {wall:.1f} s, "
                 f"traced peak {peak:.0f} MB"
             )
-        pd.testing.assert_frame_equal(merged([v.negatives for v in values]), whole.negatives, check_exact=True)
-        pd.testing.assert_frame_equal(merged([v.records for v in values]), whole.records, check_exact=True)
-        recs = [v.records for v in values]
-        assert whole.probability is not None
-        np.testing.assert_array_equal(per_negative(recs, [v.probability for v in values]), whole.probability)
-        np.testing.assert_array_equal(per_negative(recs, [v.other_positive for v in values]), whole.other_positive)
+        got = merge_values(values)
+        pd.testing.assert_frame_equal(got.negatives, whole.negatives, check_exact=True)
+        pd.testing.assert_frame_equal(got.records, whole.records, check_exact=True)
+        assert whole.probability is not None and got.probability is not None
+        np.testing.assert_array_equal(got.probability, whole.probability)
+        np.testing.assert_array_equal(got.other_positive, whole.other_positive)
     summed = sum(r["wall_s"] for r in rows)
     largest = max(r["peak_mb"] for r in rows)
     print(f"{counts['negatives']:,} negatives, {counts['records']:,} records, {counts['passages']:,} passages")

@@ -18,6 +18,7 @@ from transferdx.auditing.core import (
     SemanticSettings,
     audit_context,
     audit_records,
+    merge_values,
     record_values,
     shard_values,
 )
@@ -34,28 +35,6 @@ def _split(records, shards: int) -> list[list]:
     for r in records:
         parts[shard_of(r.qid, shards)].append(r)
     return parts
-
-
-def _merged(frames: list[pd.DataFrame]) -> pd.DataFrame:
-    """The shards' rows in the audit's order: (source, qid) — a record's rows stay together, in order."""
-    out = pd.concat(frames, ignore_index=True)
-    order = np.lexsort((np.arange(len(out)), out["qid"].to_numpy(str), out["source"].to_numpy(str)))
-    return out.iloc[order].reset_index(drop=True)
-
-
-def _owner_order(per_record: list[pd.DataFrame], arrays: list[np.ndarray]) -> np.ndarray:
-    """Per-negative arrays of the shards, reordered as :func:`_merged` orders the negatives' rows."""
-    keys = pd.concat(
-        [
-            pd.DataFrame(
-                {"source": np.repeat(r["source"], r["n_negatives"]), "qid": np.repeat(r["qid"], r["n_negatives"])}
-            )
-            for r in per_record
-        ],
-        ignore_index=True,
-    )
-    order = np.lexsort((np.arange(len(keys)), keys["qid"].to_numpy(str), keys["source"].to_numpy(str)))
-    return np.concatenate(arrays)[order]
 
 
 @pytest.mark.slow
@@ -87,15 +66,12 @@ def test_dl19_in_1_to_4_query_shards_gives_the_one_process_values(data, tmp_path
         parts = [p for p in _split(records, shards) if p]
         assert len(parts) == shards  # DL19's 43 queries reach every shard
         values = [shard_values(p, alnum, context, encoder=cache, semantic=semantic, kinds=kinds) for p in parts]
-        negatives = _merged([v.negatives for v in values])
-        per_record = _merged([v.records for v in values])
-        pd.testing.assert_frame_equal(negatives, whole.negatives, check_exact=True)
-        pd.testing.assert_frame_equal(per_record, whole.records, check_exact=True)
-        assert whole.probability is not None
-        probability = _owner_order([v.records for v in values], [v.probability for v in values])
-        np.testing.assert_array_equal(probability, whole.probability)
-        other = _owner_order([v.records for v in values], [v.other_positive for v in values])
-        np.testing.assert_array_equal(other, whole.other_positive)
+        got = merge_values(values)
+        pd.testing.assert_frame_equal(got.negatives, whole.negatives, check_exact=True)
+        pd.testing.assert_frame_equal(got.records, whole.records, check_exact=True)
+        assert whole.probability is not None and got.probability is not None
+        np.testing.assert_array_equal(got.probability, whole.probability)
+        np.testing.assert_array_equal(got.other_positive, whole.other_positive)
     # the properties the context carries are not vacuous on this input: a shard alone differs
     alone = negative_residuality(parts[0], alnum)["psi"].to_numpy()
     given = values[0].negatives["psi"].to_numpy()

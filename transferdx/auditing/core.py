@@ -181,6 +181,31 @@ class ShardValues:
     other_positive: np.ndarray
 
 
+def _audit_order(frame: pd.DataFrame) -> np.ndarray:
+    """Row positions of ``frame`` (with ``source`` and ``qid``) in the audit's order, (source, qid),
+    stable: a record's negatives keep their order."""
+    return np.lexsort((np.arange(len(frame)), frame["qid"].to_numpy(str), frame["source"].to_numpy(str)))
+
+
+def merge_values(parts: Sequence[ShardValues]) -> ShardValues:
+    """The :class:`ShardValues` of query shards (each qid in one of them) as one, in the audit's
+    order (source, qid): what :func:`record_values` gives for their union, when each part came from
+    :func:`shard_values` under that union's context. Range: the rows of all parts, each once."""
+    if not parts:
+        raise ValueError("no shard values to merge")
+    negatives = pd.concat([p.negatives for p in parts], ignore_index=True)
+    records = pd.concat([p.records for p in parts], ignore_index=True)
+    at = _audit_order(negatives)
+    probs = [p.probability for p in parts if p.probability is not None]
+    probability = np.concatenate(probs)[at] if len(probs) == len(parts) else None
+    return ShardValues(
+        negatives.iloc[at].reset_index(drop=True),
+        records.iloc[_audit_order(records)].reset_index(drop=True),
+        probability,
+        np.concatenate([p.other_positive for p in parts])[at],
+    )
+
+
 def _values(
     records: Sequence[Record],
     tokenizer: Tokenizer,
