@@ -239,7 +239,8 @@ def _values(
 
 def _with_probability(records: Sequence[Record], values: ShardValues) -> ShardValues:
     """``values`` with :func:`_calibrated`'s probabilities (None when no encoder scored them)."""
-    return dataclasses.replace(values, probability=_calibrated(records, values.negatives, values.records))
+    inputs = _suspicion_inputs(records, values.negatives, values.records, "s_qn" in values.negatives)
+    return dataclasses.replace(values, probability=_calibrated(records, inputs))
 
 
 def record_values(
@@ -324,16 +325,16 @@ def audit_records(
     scored = vectors is not None
     if vectors is not None:
         extra = _composites(negatives, per_record, vectors, semantic, seed, resamples, confidence)
-    del vectors  # before the probabilities, as before the values were split: their working sets not held at once
-    calibrated = _with_probability(records, values).probability
-    del values
+    del vectors, values  # before the probabilities, as before the values were split: not held beside their working set
+    inputs = _suspicion_inputs(records, negatives, per_record, scored)  # once: the probabilities and the flags read it
     suspects, priors = _suspicion(
         records,
         negatives,
         per_record,
+        inputs,
         semantic.suspicion,
         scored,
-        calibrated,
+        _calibrated(records, inputs),
         seed=seed,
         resamples=resamples,
         confidence=confidence,
@@ -427,6 +428,7 @@ def _suspicion(
     records: Sequence[Record],
     negatives: pd.DataFrame,
     per_record: pd.DataFrame,
+    inputs: SuspicionInputs,
     s: SuspicionSettings,
     scored: bool,
     calibrated: np.ndarray | None,
@@ -442,8 +444,8 @@ def _suspicion(
     holds the genuine sources' rows, control_suspects.csv the controls'), sorted by
     ``fn_probability`` descending (undefined last), then s(q,n) − α·s(q,p) descending (undefined
     last), then source, qid, neg_index. The encoder reasons reuse the audit's embeddings;
-    ``calibrated``: :func:`_calibrated`'s probabilities (None without the encoder)."""
-    inputs = _suspicion_inputs(records, negatives, per_record, scored)
+    ``inputs``: :func:`_suspicion_inputs`; ``calibrated``: :func:`_calibrated`'s probabilities (None
+    without the encoder)."""
     owner = inputs.owner
     nan = np.full(len(owner), np.nan)
     s_qp = inputs.s_qp if inputs.s_qp is not None else nan
@@ -519,13 +521,12 @@ def _suspicion_inputs(
     )
 
 
-def _calibrated(records: Sequence[Record], negatives: pd.DataFrame, per_record: pd.DataFrame) -> np.ndarray | None:
+def _calibrated(records: Sequence[Record], inputs: SuspicionInputs) -> np.ndarray | None:
     """p(false negative) per negative at the detectors' training prior (before a source's π̂ moves
     it): the other sources' agreement on the query (a query's records of every source are all
     here), then :func:`~transferdx.diagnostics.suspicion.probabilities`. None without the encoder."""
-    if "s_qn" not in negatives:
+    if inputs.s_qn is None:
         return None
-    inputs = _suspicion_inputs(records, negatives, per_record, True)
     share, best = agreement(
         np.asarray([r.qid for r in records], dtype=object),
         np.asarray([r.source for r in records], dtype=object),
