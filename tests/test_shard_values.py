@@ -15,13 +15,16 @@ import pytest
 
 import transferdx as tdx
 from transferdx.auditing.core import (
+    Pooling,
     SemanticSettings,
     audit_context,
     audit_records,
+    audit_values,
     merge_values,
     record_values,
     shard_values,
 )
+from transferdx.auditing.result import Audit
 from transferdx.diagnostics.lexical import idf_tables, negative_residuality
 from transferdx.diagnostics.tokens import alnum
 from transferdx.inputs.trec_dl import load_trec_dl
@@ -116,3 +119,41 @@ def test_shard_values_refuses_the_in_batch_loss_and_tables_without_a_source():
     other = [dataclasses.replace(recs[0], source="t")]
     with pytest.raises(ValueError, match=r"no corpus for sources \['t'\]"):
         shard_values(other, alnum, context)
+
+
+def _artifacts(folder) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.slow
+def test_audit_from_query_shards_values_writes_the_one_process_artifacts(data, tmp_path):
+    """The reduce's half: DL19's six runs and eight controls, values of 3 query shards merged, then
+    :func:`audit_values` (π̂, flags, the composite from each source's vectors read back from the
+    cache, the profile, the suspects) — every artifact the same bytes as :func:`audit_records`'."""
+    prepared = tdx.pipeline.prepare_audit(
+        load_trec_dl(data / "msmarco-dl19"), encoder="static_minilm", cache_dir=tmp_path / "cache", resamples=20
+    )
+    loaded, options, cache = prepared.loaded, prepared.options, prepared.encoder
+    semantic = options.semantic or SemanticSettings()
+    kinds = dict(options.kinds)
+    pooling = Pooling(cache, semantic, seed=options.seed, resamples=20, kinds=kinds, settings=prepared.settings)
+    whole = audit_records(
+        loaded, alnum, encoder=cache, semantic=semantic, kinds=kinds, resamples=20, settings=prepared.settings
+    )
+    context = audit_context(loaded.records, alnum, semantic=semantic)
+    parts = _split(loaded.records, 3)
+    values = merge_values(
+        [shard_values(p, alnum, context, encoder=cache, semantic=semantic, kinds=kinds) for p in parts]
+    )
+    got = audit_values(loaded, values, pooling)
+    texts = {(r.source, r.qid): r for r in loaded.records}
+    Audit(whole, prepared.settings, texts).save(tmp_path / "whole")
+    Audit(got, prepared.settings, texts).save(tmp_path / "merged")
+    expected, merged = _artifacts(tmp_path / "whole"), _artifacts(tmp_path / "merged")
+    assert sorted(merged) == sorted(expected) and len(expected) > 5
+    assert [name for name in expected if merged[name] != expected[name]] == []
+    composites = [v for row in got.profile.rows for k, v in row.items() if k.startswith("composite_")]
+    assert composites and not all(np.isnan(float(v)) for v in composites)  # the composite was computed
+    short = dataclasses.replace(values, records=values.records.iloc[1:])
+    with pytest.raises(ValueError, match="a shard is missing"):
+        audit_values(loaded, short, pooling)

@@ -320,24 +320,133 @@ def audit_records(
         background=None,
         owners=None,
     )
-    negatives, per_record, hit = values.negatives, values.records, values.other_positive
     extra: dict[str, dict[str, Any]] = {}
-    scored = vectors is not None
     if vectors is not None:
-        extra = _composites(negatives, per_record, vectors, semantic, seed, resamples, confidence)
-    del vectors, values  # before the probabilities, as before the values were split: not held beside their working set
+        extra = _composites(values.negatives, values.records, vectors, semantic, seed, resamples, confidence)
+    del vectors  # before the probabilities, as before the values were split: not held beside their working set
+    pooling = Pooling(encoder, semantic, idf_corpus, seed, resamples, confidence, flags, kinds, settings)
+    return _pooled(loaded, records, values, extra, pooling)
+
+
+@dataclass(frozen=True)
+class Pooling:
+    """The settings of the steps that pool each source (π̂ and the flags, the composite, the profile,
+    the descriptors): :func:`audit_records`' keyword arguments after the per-row values."""
+
+    encoder: EmbeddingCache | None = None
+    semantic: SemanticSettings = SemanticSettings()
+    idf_corpus: str = "pooled"
+    seed: int = 0
+    resamples: int = 1000
+    confidence: float = 0.95
+    flags: FlagSettings = FlagSettings()
+    kinds: Mapping[str, str] | None = None
+    settings: Mapping[str, Any] | None = None
+
+
+def audit_values(loaded: LoadResult, values: ShardValues, pooling: Pooling = Pooling()) -> AuditResult:
+    """The audit of ``loaded`` from its per-row values — the query shards' :func:`shard_values` put
+    together by :func:`merge_values` — and the pooled steps: the same result as :func:`audit_records`
+    on those records with the same settings, bit for bit (tests: DL19 in 1–4 query shards). The
+    composite reads each source's vectors from ``pooling.encoder``'s cache, one source at a time
+    (:func:`source_composites`), so the whole collection's vectors are never held at once.
+    Raises ValueError when ``values`` are not those of ``loaded``'s records (another input, a shard
+    missing)."""
+    records = _sorted_records(loaded.records, pooling.kinds)
+    got = values.records
+    if len(got) != len(records) or len(values.negatives) != sum(len(r.negatives) for r in records):
+        raise ValueError(
+            f"the values hold {len(got)} records and {len(values.negatives)} negatives; the input has "
+            f"{len(records)} records: a shard is missing or the values are another input's"
+        )
+    same = np.array_equal(got["qid"].to_numpy(str), np.array([r.qid for r in records], dtype=str))
+    if not same or not np.array_equal(got["source"].to_numpy(str), np.array([r.source for r in records], dtype=str)):
+        raise ValueError("the values' (source, qid) rows are not the input's records: they are another input's")
+    extra: dict[str, dict[str, Any]] = {}
+    if pooling.encoder is not None and "s_qn" in values.negatives:
+        extra = source_composites(records, values, pooling.encoder, pooling.semantic, pooling)
+    return _pooled(loaded, records, values, extra, pooling)
+
+
+def source_vectors(records: Sequence[Record], encoder: EmbeddingCache) -> Vectors:
+    """(e_q, e_p, e_n) of ``records`` — per record, per record, per negative — as gathers of their
+    distinct texts' vectors from ``encoder``'s cache (texts it lacks are encoded)."""
+    queries = list(dict.fromkeys(r.query for r in records))
+    passages = list(
+        dict.fromkeys([r.positives[0].text for r in records] + [n.text for r in records for n in r.negatives])
+    )
+    q_at = {t: i for i, t in enumerate(queries)}
+    p_at = {t: i for i, t in enumerate(passages)}
+    n_neg = sum(len(r.negatives) for r in records)
+    q_rows = np.fromiter((q_at[r.query] for r in records), dtype=np.int64, count=len(records))
+    p_rows = np.fromiter((p_at[r.positives[0].text] for r in records), dtype=np.int64, count=len(records))
+    n_rows = np.fromiter((p_at[n.text] for r in records for n in r.negatives), dtype=np.int64, count=n_neg)
+    p_vec = encoder.embed(passages, "passage")
+    return (
+        IndexedRows(encoder.embed(queries, "query"), q_rows),
+        IndexedRows(p_vec, p_rows),
+        IndexedRows(p_vec, n_rows),
+    )
+
+
+def source_composites(
+    records: Sequence[Record],
+    values: ShardValues,
+    encoder: EmbeddingCache,
+    semantic: SemanticSettings,
+    pooling: Pooling = Pooling(),
+) -> dict[str, dict[str, Any]]:
+    """:func:`_composites` of each source of ``records`` (in the audit's order, ``values`` theirs),
+    its vectors read from the cache (:func:`source_vectors`) and let go before the next source's:
+    a source's composite and CI depend only on its own rows, so they are the ones the whole
+    collection's vectors give."""
+    sources = values.records["source"].to_numpy(str)
+    neg_sources = values.negatives["source"].to_numpy(str)
+    out: dict[str, dict[str, Any]] = {}
+    for name in sorted(set(sources.tolist())):
+        rec_rows, neg_rows = np.flatnonzero(sources == name), np.flatnonzero(neg_sources == name)
+        vectors = source_vectors([records[i] for i in rec_rows], encoder)
+        out.update(
+            _composites(
+                values.negatives.iloc[neg_rows],
+                values.records.iloc[rec_rows],
+                vectors,
+                semantic,
+                pooling.seed,
+                pooling.resamples,
+                pooling.confidence,
+            )
+        )
+        del vectors
+    return out
+
+
+def _pooled(
+    loaded: LoadResult,
+    records: Sequence[Record],
+    values: ShardValues,
+    extra: dict[str, dict[str, Any]],
+    p: Pooling,
+) -> AuditResult:
+    """What the audit does after the per-row values (``records`` in the audit's order, ``values``
+    theirs, ``extra`` the composites): π̂ and the flags, other_positive, the judged rates, the
+    profile and its flags, the descriptors, the judged evaluation."""
+    negatives, per_record, hit = values.negatives, values.records, values.other_positive
+    scored = "s_qn" in negatives
     inputs = _suspicion_inputs(records, negatives, per_record, scored)  # once: the probabilities and the flags read it
+    calibrated = values.probability if values.probability is not None else _calibrated(records, inputs)
+    del values
     suspects, priors = _suspicion(
         records,
         negatives,
         per_record,
         inputs,
-        semantic.suspicion,
+        p.semantic.suspicion,
         scored,
-        _calibrated(records, inputs),
-        seed=seed,
-        resamples=resamples,
-        confidence=confidence,
+        calibrated,
+        seed=p.seed,
+        resamples=p.resamples,
+        confidence=p.confidence,
     )
     for name, prior in priors.items():
         extra.setdefault(name, {}).update(prior)
@@ -346,27 +455,28 @@ def audit_records(
         fn = false_negative_rates(
             loaded.false_negatives,
             sorted(set(per_record["source"]) | set(loaded.sources)),
-            seed=seed,
-            resamples=resamples,
-            confidence=confidence,
+            seed=p.seed,
+            resamples=p.resamples,
+            confidence=p.confidence,
         )
         for name, rates in fn.items():
             extra.setdefault(name, {}).update(rates)
     profile = profile_sources(
         per_record,
         loaded.exclusions,
-        seed=seed,
-        resamples=resamples,
-        confidence=confidence,
-        settings=settings,
+        seed=p.seed,
+        resamples=p.resamples,
+        confidence=p.confidence,
+        settings=p.settings,
         sources=loaded.sources,
         extra=extra,
-        kinds={**_descriptor_kinds(loaded.descriptors), **(kinds or {})},
+        kinds={**_descriptor_kinds(loaded.descriptors), **(p.kinds or {})},
     )
-    thresholds = flag_thresholds(profile.rows, flags.mode, flags.fixed)
+    thresholds = flag_thresholds(profile.rows, p.flags.mode, p.flags.fixed)
     rows = apply_flags(profile.rows, thresholds)
-    descriptors = describe(records, loaded, encoder, semantic if encoder else None, idf_corpus, seed)
-    suspicion = recorded_suspicion_settings(semantic.suspicion, scored)
+    encoder = p.encoder
+    descriptors = describe(records, loaded, encoder, p.semantic if encoder else None, p.idf_corpus, p.seed)
+    suspicion = recorded_suspicion_settings(p.semantic.suspicion, scored)
     for desc in descriptors.values():
         desc["fn_suspicion"] = suspicion
     profile = dataclasses.replace(
@@ -376,10 +486,10 @@ def audit_records(
         negatives,
         per_record,
         loaded.relevant_grade,
-        semantic.suspicion,
-        seed=seed,
-        resamples=resamples,
-        confidence=confidence,
+        p.semantic.suspicion,
+        seed=p.seed,
+        resamples=p.resamples,
+        confidence=p.confidence,
     )
     return AuditResult(negatives, per_record, profile, tuple(loaded.exclusions), suspects, suspicion, evaluation)
 
