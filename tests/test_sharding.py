@@ -198,3 +198,43 @@ def test_one_audit_hashes_its_texts_into_shares_once(tmp_path, monkeypatch):
     other = tdx.pipeline.prepare_audit(records[2:], **kw)
     assert sum(len(s.queries) for s in plan.shares(other)) == len({r.query for r in records[2:]})
     assert calls == [3, 3, 3]
+
+
+def test_stat_tasks_keep_verified_values_and_a_damaged_one_is_recomputed_alone(tmp_path):
+    """The statistics in 3 query shards (lexical demo): each stat task's values are on disk with a
+    marker naming each file's SHA-256 and the collection's digest. A file cut short makes that shard
+    alone missing; the reduce recomputes it (the others' markers untouched) and writes the
+    one-process profile again. ``audit.stage=stats`` on a finished shard reuses it; records in
+    another order are the same collection; a changed record makes every stat task stale (the
+    context — ψ's IDF — is the whole collection's)."""
+    from transferdx.pipeline.sharding import ShardSettings, run_stage
+
+    records = tdx.load("demo").records
+    kw = {"encoder": None, "semantic": None, "resamples": 50, "cache_dir": tmp_path, "controls": "none"}
+    one = tdx.audit(records, **kw)
+    sharded = audit_sharded(records, shards=3, **kw)
+    pd.testing.assert_frame_equal(one.profile, sharded.profile)
+    pd.testing.assert_frame_equal(one.negatives, sharded.negatives)
+    prepared = tdx.pipeline.prepare_audit(records, **kw)
+    plan = shard_plan(prepared, 3, tmp_path)
+    store = plan.store(prepared)
+    summary = reduce_summary(tmp_path, 3)
+    assert summary["reduce_stats_run"] == [0, 1, 2] and store.missing() == []
+    assert sum(m["records"] for m in summary["value_markers"]) == len(records)
+    assert sum(m["negatives"] for m in summary["value_markers"]) == sum(len(r.negatives) for r in records)
+    kept = {i: store.marker(i).read_bytes() for i in (0, 2)}
+    damaged = store.values(1) / "records.parquet"
+    damaged.write_bytes(damaged.read_bytes()[:-10])
+    assert store.missing() == [1]
+    again = reduce_shards(prepared, plan)
+    assert reduce_summary(tmp_path, 3)["reduce_stats_run"] == [1]
+    assert {i: store.marker(i).read_bytes() for i in (0, 2)} == kept
+    pd.testing.assert_frame_equal(one.profile, again.profile)
+    reused = run_stage(prepared, ShardSettings(shards=3, stage="stats", shard=0, cache_dir=tmp_path))
+    assert isinstance(reused, dict) and reused["reused"] is True and reused["stage"] == "stats"
+    reordered = tdx.pipeline.prepare_audit(list(reversed(records)), **kw)
+    assert shard_plan(reordered, 3, tmp_path).store(reordered).missing() == []
+    changed = list(records)
+    changed[0] = dataclasses.replace(changed[0], query=changed[0].query + " again")
+    other = tdx.pipeline.prepare_audit(changed, **kw)
+    assert shard_plan(other, 3, tmp_path).store(other).missing() == [0, 1, 2]

@@ -61,9 +61,14 @@ def test_st_parquet_through_a_launcher_writes_the_one_process_bytes(launcher, da
     sweep = next((cache / "audit-shards").glob("*/sweep"))
     assert len([p for p in sweep.iterdir() if p.name[0].isdigit()]) == 3  # one job a shard
     assert len(list(sweep.parent.glob("shard-*.work.json.gz"))) == 3  # each read its texts, not the input
-    before = {p: p.stat().st_mtime_ns for p in sweep.parent.glob("shard-*.json")}
+    # the statistics: a second sweep, one stat task a query shard, before the reduce pooled their values
+    assert len([p for p in sweep.with_name("sweep-stats").iterdir() if p.name[0].isdigit()]) == 3
+    assert summary["reduce_stats_run"] == [0, 1, 2] and len(summary["value_markers"]) == 3
+    before = {p: p.stat().st_mtime_ns for p in sweep.parent.glob("*.json") if p.name != "reduce.json"}
+    assert len(before) == 6
     cli(*sharded, f"output_dir={tmp_path / 'again'}", cache=cache)
-    assert {p: p.stat().st_mtime_ns for p in sweep.parent.glob("shard-*.json")} == before
+    assert {p: p.stat().st_mtime_ns for p in sweep.parent.glob("*.json") if p.name != "reduce.json"} == before
+    assert reduce_summary(cache, 3)["reduce_stats_run"] == []
     cli(*common, f"output_dir={tmp_path / 'one'}", cache=cache)
     same_bytes(tmp_path / "one", tmp_path / "sharded")
     same_bytes(tmp_path / "one", tmp_path / "again")

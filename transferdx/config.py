@@ -489,6 +489,10 @@ def shard_settings(cfg: DictConfig) -> ShardSettings:
 
         hc = HydraConfig.get()
         launcher = str(hc.runtime.choices.get("hydra/launcher", "basic"))
-        runner = hydra_map_runner(list(hc.overrides.task), list(hc.overrides.hydra), launcher)
-        s = dataclasses.replace(s, run_maps=runner)
+        task, hydra = list(hc.overrides.task), list(hc.overrides.hydra)
+        s = dataclasses.replace(
+            s,
+            run_maps=hydra_map_runner(task, hydra, launcher),
+            run_stats=hydra_map_runner(task, hydra, launcher, "stats"),
+        )
     return s

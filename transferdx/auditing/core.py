@@ -405,7 +405,7 @@ def source_composites(
     out: dict[str, dict[str, Any]] = {}
     for name in sorted(set(sources.tolist())):
         rec_rows, neg_rows = np.flatnonzero(sources == name), np.flatnonzero(neg_sources == name)
-        vectors = source_vectors([records[i] for i in rec_rows], encoder)
+        vectors = source_vectors([records[i] for i in rec_rows.tolist()], encoder)
         out.update(
             _composites(
                 values.negatives.iloc[neg_rows],

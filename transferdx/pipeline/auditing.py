@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from transferdx.artifacts import atomic_write_text, csv_text, safe_join
-from transferdx.auditing.core import SemanticSettings, audit_records
+from transferdx.auditing.core import AuditResult, Pooling, SemanticSettings, ShardValues, audit_records, audit_values
 from transferdx.auditing.report import exclusions_frame
 from transferdx.auditing.result import Audit
 from transferdx.embed import EmbeddingCache
@@ -114,26 +114,53 @@ def prepare_audit(
     return PreparedAudit(loaded, options, cache, recorded_settings(options, cache, sampled_out) | built)
 
 
-def audit_prepared(prepared: PreparedAudit) -> Audit:
-    """The audit of a :class:`PreparedAudit`: ψ always, the frozen-encoder statistics when it has an
-    encoder (vectors the cache holds are read, the rest encoded)."""
-    loaded, options, cache, settings = prepared.loaded, prepared.options, prepared.encoder, prepared.settings
-    result = audit_records(
-        loaded,
-        make_tokenizer(options.tokenizer, **options.tokenizer_options),
-        encoder=cache,
+def pooling(prepared: PreparedAudit) -> Pooling:
+    """The settings of the steps that pool each source, from ``prepared``'s options."""
+    options = prepared.options
+    return Pooling(
+        encoder=prepared.encoder,
         semantic=options.semantic or SemanticSettings(),
         idf_corpus=options.idf,
-        external_texts=options.idf_texts,
         seed=options.seed,
         resamples=options.resamples,
         confidence=options.confidence,
         flags=options.flag_settings,
         kinds=dict(options.kinds),
-        settings=settings,
+        settings=prepared.settings,
     )
-    texts = {(r.source, r.qid): r for r in loaded.records}
-    return Audit(result, settings, texts, input_path=options.label)
+
+
+def audit_prepared(prepared: PreparedAudit) -> Audit:
+    """The audit of a :class:`PreparedAudit`: ψ always, the frozen-encoder statistics when it has an
+    encoder (vectors the cache holds are read, the rest encoded)."""
+    loaded, options, p = prepared.loaded, prepared.options, pooling(prepared)
+    result = audit_records(
+        loaded,
+        make_tokenizer(options.tokenizer, **options.tokenizer_options),
+        encoder=p.encoder,
+        semantic=p.semantic,
+        idf_corpus=p.idf_corpus,
+        external_texts=options.idf_texts,
+        seed=p.seed,
+        resamples=p.resamples,
+        confidence=p.confidence,
+        flags=p.flags,
+        kinds=p.kinds,
+        settings=p.settings,
+    )
+    return _audit(prepared, result)
+
+
+def audit_prepared_values(prepared: PreparedAudit, values: ShardValues) -> Audit:
+    """The audit of a :class:`PreparedAudit` from its per-row values (query shards' values merged:
+    :func:`~transferdx.auditing.core.merge_values`) — :func:`audit_prepared`'s result, bit for bit,
+    without recomputing them (:func:`~transferdx.auditing.core.audit_values`)."""
+    return _audit(prepared, audit_values(prepared.loaded, values, pooling(prepared)))
+
+
+def _audit(prepared: PreparedAudit, result: AuditResult) -> Audit:
+    texts = {(r.source, r.qid): r for r in prepared.loaded.records}
+    return Audit(result, prepared.settings, texts, input_path=prepared.options.label)
 
 
 def audit(

@@ -47,12 +47,13 @@ from pathlib import Path
 from typing import Any
 
 from transferdx.artifacts import atomic_write_bytes, atomic_write_text, canonical_json, content_hash
-from transferdx.auditing.core import background_texts
+from transferdx.auditing.core import background_texts, merge_values
 from transferdx.auditing.result import Audit
 from transferdx.embed.cache import EmbeddingCache, text_key
-from transferdx.pipeline.auditing import PreparedAudit, audit_prepared, prepare_audit
+from transferdx.pipeline.auditing import PreparedAudit, audit_prepared, audit_prepared_values, prepare_audit
 from transferdx.pipeline.encoders import EncoderLike
 from transferdx.pipeline.settings import AuditOptions
+from transferdx.pipeline.stat_tasks import ValueStore, compute_stats, read_values, stats_line, value_store
 from transferdx.presets import default_cache_dir
 
 PLAN_DIR = "audit-shards"
@@ -129,6 +130,7 @@ class ShardPlan:
     shards: int
     # (the prepared audit, its text_shares): hashed once per audit, however many steps ask
     _shares: tuple[PreparedAudit, list[TextShare]] | None = dataclasses.field(default=None, compare=False, repr=False)
+    _store: tuple[PreparedAudit, ValueStore] | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def shares(self, prepared: PreparedAudit) -> list[TextShare]:
         """:func:`text_shares` of ``prepared`` in this plan's N, computed once for that prepared audit
@@ -137,6 +139,14 @@ class ShardPlan:
             object.__setattr__(self, "_shares", (prepared, text_shares(prepared, self.shards)))
         assert self._shares is not None
         return self._shares[1]
+
+    def store(self, prepared: PreparedAudit) -> ValueStore:
+        """Where the stat tasks of ``prepared`` keep their values: beside the maps' markers, for the
+        digest of its records (computed once for that prepared audit)."""
+        if self._store is None or self._store[0] is not prepared:
+            object.__setattr__(self, "_store", (prepared, value_store(prepared, self.folder, self.shards)))
+        assert self._store is not None
+        return self._store[1]
 
     def marker(self, shard: int) -> Path:
         return self.folder / f"shard-{shard:04d}-of-{self.shards:04d}.json"
@@ -265,11 +275,18 @@ class ShardsIncomplete(ValueError):
     """The reduce found shards without a valid marker (not run, killed, or run on other texts)."""
 
 
-def reduce_shards(prepared: PreparedAudit, plan: ShardPlan, digests: Sequence[str] | None = None) -> Audit:
-    """The reduce: every shard's marker must match its share of the texts (else
-    :class:`ShardsIncomplete` naming the missing ones and how to run them); then the one-process
-    audit on the filled cache. ``digests``: :func:`shard_digests` when the caller has them (the
-    texts are hashed once).
+def reduce_shards(
+    prepared: PreparedAudit,
+    plan: ShardPlan,
+    digests: Sequence[str] | None = None,
+    run_stats: StatsRunner | None = None,
+) -> Audit:
+    """The reduce: every map's marker must match its share of the texts (else
+    :class:`ShardsIncomplete` naming the missing ones and how to run them); then the stat tasks
+    still missing (:mod:`transferdx.pipeline.stat_tasks`; through ``run_stats``, default this
+    process), and the audit from their values: merged in the audit's order, each source pooled
+    (:func:`~transferdx.pipeline.auditing.audit_prepared_values`) — the one-process audit's bytes.
+    ``digests``: :func:`shard_digests` when the caller has them (the texts are hashed once).
     A summary (``reduce.json``: shards, texts the reduce encoded, seconds, peak memory) is written
     beside the markers, not among the artifacts, so that those stay the one-process bytes."""
     missing = missing_shards(prepared, plan, digests)
@@ -283,13 +300,25 @@ def reduce_shards(prepared: PreparedAudit, plan: ShardPlan, digests: Sequence[st
     started = time.perf_counter()
     cache = prepared.encoder
     before = cache.encoded_texts if cache is not None else 0
-    result = audit_prepared(prepared)
+    store = plan.store(prepared)
+    if todo := store.missing():
+        (run_stats or run_stats_here)(prepared, plan, todo)
+        if still := store.missing():
+            raise ShardsIncomplete(
+                f"{len(still)} of {plan.shards} stat tasks left no valid values in {plan.folder}: "
+                f"{','.join(map(str, still[:20]))}; rerun audit.stage=all or audit.stage=reduce"
+            )
+    stats_seconds = round(time.perf_counter() - started, 3)
+    result = audit_prepared_values(prepared, merge_values(read_values(store)))
     summary = {
         "shards": plan.shards,
         "reduce_encoded_texts": (cache.encoded_texts - before) if cache is not None else 0,
+        "reduce_stats_run": todo,
+        "reduce_stats_seconds": stats_seconds,
         "reduce_seconds": round(time.perf_counter() - started, 3),
         "reduce_peak_mb": round(_peak_mb(), 1),
         "markers": [json.loads(plan.marker(i).read_text(encoding="utf-8")) for i in range(plan.shards)],
+        "value_markers": [json.loads(store.marker(i).read_text(encoding="utf-8")) for i in range(plan.shards)],
     }
     atomic_write_text(plan.folder / "reduce.json", canonical_json(summary))
     return result
@@ -297,7 +326,9 @@ def reduce_shards(prepared: PreparedAudit, plan: ShardPlan, digests: Sequence[st
 
 def shard_line(marker: dict[str, Any]) -> str:
     """One line on a map task: its shard, its share of queries and passages, texts encoded, time (or
-    that it was done)."""
+    that it was done); on a stat task, :func:`~transferdx.pipeline.stat_tasks.stats_line`."""
+    if marker.get("stage") == "stats":
+        return stats_line(marker)
     head = f"shard {marker['shard']} of {marker['shards']}: {marker['queries']} queries, {marker['passages']} passages"
     if marker.get("reused"):
         return f"{head}; already done ({marker['encoded_texts']} texts encoded then), nothing to do"
@@ -305,6 +336,13 @@ def shard_line(marker: dict[str, Any]) -> str:
 
 
 MapRunner = Callable[[PreparedAudit, ShardPlan, list[int]], None]
+StatsRunner = MapRunner  # the same call: the prepared audit, its plan, the shards to run
+
+
+def run_stats_here(prepared: PreparedAudit, plan: ShardPlan, shards: list[int]) -> None:
+    """Run the stat tasks ``shards`` in this process, in one pass over their records
+    (:func:`~transferdx.pipeline.stat_tasks.compute_stats`)."""
+    compute_stats(prepared, plan.store(prepared), shards)
 
 
 def run_maps_here(prepared: PreparedAudit, plan: ShardPlan, shards: list[int]) -> None:
@@ -362,13 +400,25 @@ class ShardSettings:
     shard: int | None = None
     run_maps: MapRunner = run_maps_here
     cache_dir: str | Path | None = None
+    run_stats: StatsRunner = run_stats_here
 
 
 def _stage_all(prepared: PreparedAudit, plan: ShardPlan, s: ShardSettings) -> Audit:
     digests = shard_digests(prepared, plan)  # the shares hashed once (plan.shares): maps and reduce reuse them
     if missing := missing_shards(prepared, plan, digests):
         s.run_maps(prepared, plan, missing)
-    return reduce_shards(prepared, plan, digests)
+    return reduce_shards(prepared, plan, digests, s.run_stats)
+
+
+def _stage_stats(prepared: PreparedAudit, plan: ShardPlan, s: ShardSettings) -> dict[str, Any]:
+    if s.shard is None:
+        raise ValueError(f"audit.stage=stats runs one shard: give audit.shard=0…{plan.shards - 1} (or a list with -m)")
+    store, shard = plan.store(prepared), int(s.shard)
+    if (done := store.done(shard)) is not None:
+        return {**done, "reused": True}
+    if missing := missing_shards(prepared, plan):
+        raise ShardsIncomplete(f"the statistics read every map's vectors: maps {missing} have not finished")
+    return {**compute_stats(prepared, store, [shard])[0], "reused": False}
 
 
 def _stage_map(prepared: PreparedAudit, plan: ShardPlan, s: ShardSettings) -> dict[str, Any]:
@@ -380,7 +430,8 @@ def _stage_map(prepared: PreparedAudit, plan: ShardPlan, s: ShardSettings) -> di
 STAGES: dict[str, Callable[[PreparedAudit, ShardPlan, ShardSettings], Audit | dict[str, Any]]] = {
     "all": _stage_all,
     "map": _stage_map,
-    "reduce": lambda prepared, plan, s: reduce_shards(prepared, plan),
+    "stats": _stage_stats,
+    "reduce": lambda prepared, plan, s: reduce_shards(prepared, plan, run_stats=s.run_stats),
 }
 
 
@@ -394,22 +445,30 @@ def run_stage(prepared: PreparedAudit, s: ShardSettings) -> Audit | dict[str, An
     return STAGES[s.stage](prepared, shard_plan(prepared, s.shards, s.cache_dir), s)
 
 
-def hydra_map_runner(task_overrides: Sequence[str], hydra_overrides: Sequence[str], launcher: str) -> MapRunner:
-    """Map tasks through a Hydra launcher: each missing shard's texts written to a work file
-    (:func:`write_shard_work`), then ``transferdx-audit -m audit.stage=map audit.shard=<the missing
-    ones> audit.work_dir=<plan>`` with the run's own overrides and its ``hydra/launcher`` choice and
-    settings; each task reads its work file, not the input (the basic launcher runs the maps here,
-    in this process). The sweep's folder is ``<plan>/sweep``."""
+def hydra_map_runner(
+    task_overrides: Sequence[str], hydra_overrides: Sequence[str], launcher: str, stage: str = "map"
+) -> MapRunner:
+    """Map tasks (``stage="map"``) or stat tasks (``"stats"``) through a Hydra launcher:
+    ``transferdx-audit -m audit.stage=<stage> audit.shard=<the missing ones>`` with the run's own
+    overrides and its ``hydra/launcher`` choice and settings. Each missing map's texts are first
+    written to a work file (:func:`write_shard_work`) and the maps get ``audit.work_dir=<plan>``: a
+    map reads its work file, not the input; a stat task loads the input and computes the
+    collection's context itself, then its shard's values. The basic launcher runs them here, in
+    this process. The sweep's folder is ``<plan>/sweep`` (``<plan>/sweep-stats``)."""
     kept = ("hydra/launcher=", "hydra.launcher.", "hydra.searchpath")
     launcher_args = [o for o in hydra_overrides if o.startswith(kept)]
-    dropped = ("audit.stage", "audit.shard", "audit.work_dir", "output_dir")  # each map's own; no map writes artifacts
+    dropped = ("audit.stage", "audit.shard", "audit.work_dir", "output_dir")  # each task's own; none writes artifacts
     own = [o for o in task_overrides if o.split("=", 1)[0].lstrip("+~") not in dropped]
+    here = run_maps_here if stage == "map" else run_stats_here
 
     def run(prepared: PreparedAudit, plan: ShardPlan, shards: list[int]) -> None:
         if launcher == "basic":
-            run_maps_here(prepared, plan, shards)
+            here(prepared, plan, shards)
             return
-        write_shard_work(prepared, plan, shards)
+        work: list[str] = []
+        if stage == "map":
+            write_shard_work(prepared, plan, shards)
+            work = [f"audit.work_dir={plan.folder}"]
         args = [
             sys.executable,
             "-m",
@@ -417,13 +476,14 @@ def hydra_map_runner(task_overrides: Sequence[str], hydra_overrides: Sequence[st
             "-m",
             *own,
             *launcher_args,
-            "audit.stage=map",
+            f"audit.stage={stage}",
             f"audit.shard={','.join(map(str, shards))}",
-            f"audit.work_dir={plan.folder}",
-            f"hydra.sweep.dir={plan.folder / 'sweep'}",
+            *work,
+            f"hydra.sweep.dir={plan.folder / ('sweep' if stage == 'map' else 'sweep-stats')}",
         ]
         done = subprocess.run(args, check=False)
         if done.returncode != 0:
-            raise ShardsIncomplete(f"the map sweep ({launcher}) exited with {done.returncode}: {' '.join(args[3:])}")
+            shown = " ".join(args[3:])
+            raise ShardsIncomplete(f"the {stage} sweep ({launcher}) exited with {done.returncode}: {shown}")
 
     return run
