@@ -91,9 +91,10 @@ def write_semantic(folder: Path, n_negatives: int, seed: int = 0) -> dict[str, i
     per_source = n_negatives // (SEM_SOURCES * SEM_K)
     queries = texts(rng, vocab, per_source * SEM_SOURCES, 4, 9)
     used: set[int] = set()
-    n_neg = 0
+    n_neg, source_texts = 0, 0
     for s in range(SEM_SOURCES):
         name = f"source{s}"
+        own: set[int] = set()
         src_rng = np.random.default_rng([seed, s])
         positives = src_rng.integers(0, n_passages, size=per_source)
         near = positives[:, None] + src_rng.integers(1, 50 * (s + 1), size=(per_source, SEM_K))
@@ -105,6 +106,8 @@ def write_semantic(folder: Path, n_negatives: int, seed: int = 0) -> dict[str, i
                 negs = [int(j) for j in dict.fromkeys(picks[i].tolist()) if j != p0]
                 used.update(negs)
                 used.add(p0)
+                own.update(negs)
+                own.add(p0)
                 n_neg += len(negs)
                 neg_json = ", ".join(f'{{"id": "D{j}", "text": {passage_json[j]}}}' for j in negs)
                 q = queries[s * per_source + i]
@@ -112,14 +115,22 @@ def write_semantic(folder: Path, n_negatives: int, seed: int = 0) -> dict[str, i
                     f'{{"qid": "q{i}", "query": {json.dumps(q)}, "positives": [{{"id": "D{p0}", '
                     f'"text": {passage_json[p0]}}}], "negatives": [{neg_json}], "source": "{name}"}}\n'
                 )
-    return {"records": per_source * SEM_SOURCES, "negatives": n_neg, "passages": len(used)}
+        source_texts = max(source_texts, len(own) + per_source)  # its passages and its queries
+    return {
+        "records": per_source * SEM_SOURCES,
+        "negatives": n_neg,
+        "passages": len(used),
+        "source_texts_max": source_texts,
+    }
 
 
 def semantic_child(folder: str, lexical: bool, shard: str | None = None) -> None:
     """Runs in the measured subprocess: the public audit of ``folder`` (with :class:`HashEncoder`
     unless ``lexical``), artifacts written beside it. ``shard`` = ``"plan/N"``: load once and write
     the N work files; ``"i/N"``: map task i of N from its work file (cache ``folder/cache-sharded``);
-    ``"reduce/N"``: the reduce of those maps (artifacts in ``out-sharded``)."""
+    ``"stats-i/N"``: stat task i of N as a launched one runs (loads the input, computes the context,
+    writes its shard's values); ``"reduce/N"``: the reduce of those maps and stat tasks (artifacts in
+    ``out-sharded``)."""
     import dataclasses
 
     import transferdx as tdx
@@ -132,6 +143,7 @@ def semantic_child(folder: str, lexical: bool, shard: str | None = None) -> None
         collection_texts,
         encode_shard_work,
         run_stage,
+        shard_of,
         shard_plan,
         write_shard_work,
     )
@@ -163,9 +175,18 @@ def semantic_child(folder: str, lexical: bool, shard: str | None = None) -> None
             paths = write_shard_work(prepared, plan, range(plan.shards))
             Path(folder, "plan.txt").write_text(str(paths[0].parent))
             texts = sum(map(len, collection_texts(prepared)))  # the distinct texts the maps share out
+        elif which.startswith("stats-"):  # a stat task as audit.stage=all launches one
+            stat = ShardSettings(shards=plan.shards, stage="stats", shard=int(which[6:]), cache_dir=cache)
+            marker = run_stage(prepared, stat)
+            assert isinstance(marker, dict) and not marker["reused"]
+            mine = [r for r in prepared.loaded.records if shard_of(r.qid, plan.shards) == stat.shard]
+            own = {t for r in mine for t in (r.query, r.positives[0].text, *(n.text for n in r.negatives))}
+            texts = len(own) + (semantic.background_size if semantic else 0)  # the vectors it read (at most)
         else:
             result = run_stage(prepared, ShardSettings(shards=plan.shards, stage="reduce", cache_dir=cache))
             assert isinstance(result, tdx.Audit)
+            summary = json.loads((plan.folder / "reduce.json").read_text())
+            assert summary["reduce_stats_run"] == [], "the reduce computed statistics the stat tasks should have"
             result.save(Path(folder) / "out-sharded")
             audited = len(result.negatives)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -190,6 +211,7 @@ def sharded(tmp: str, shards: int) -> dict[str, float]:
     the reduce's artifacts must be the one-process audit's bytes."""
     plan = run_child(["--semantic-child", tmp, "--shard", f"plan/{shards}"])
     maps = [run_child(["--semantic-child", tmp, "--shard", f"{i}/{shards}"]) for i in range(shards)]
+    stats = [run_child(["--semantic-child", tmp, "--shard", f"stats-{i}/{shards}"]) for i in range(shards)]
     reduce = run_child(["--semantic-child", tmp, "--shard", f"reduce/{shards}"])
     for name in ("profile.csv", "records.csv", "negatives.csv", "suspects.csv"):
         if (Path(tmp) / "out" / name).read_bytes() != (Path(tmp) / "out-sharded" / name).read_bytes():
@@ -205,12 +227,27 @@ def sharded(tmp: str, shards: int) -> dict[str, float]:
         "map_vectors_mb": largest["texts"] * SEM_DIM * 4 / 2**20,
         "map_wall_max_s": max(m["wall_s"] for m in maps),
         "map_wall_sum_s": sum(m["wall_s"] for m in maps),
+        "stat_peak_mb": max(m["peak_mb"] for m in stats),
+        "stat_wall_max_s": max(m["wall_s"] for m in stats),
+        "stat_wall_sum_s": sum(m["wall_s"] for m in stats),
+        "stat_texts_max": max(int(m["texts"]) for m in stats),
         "reduce_peak_mb": reduce["peak_mb"],
         "reduce_wall_s": reduce["wall_s"],
     }
 
 
-SHARD_COLUMNS = ("plan peak", "plan wall", "map peak", "map wall", "maps Σ", "reduce peak", "reduce")
+SHARD_COLUMNS = (
+    "plan peak",
+    "plan wall",
+    "map peak",
+    "map wall",
+    "maps Σ",
+    "stat peak",
+    "stat wall",
+    "stats Σ",
+    "reduce peak",
+    "reduce",
+)
 
 
 def semantic_main(scales: list[int], with_lexical: bool, json_path: str | None, shards: int = 0) -> None:
@@ -242,6 +279,9 @@ def semantic_main(scales: list[int], with_lexical: bool, json_path: str | None, 
                 f"{shard['map_peak_mb'] / 1024:.2f} GB",
                 f"{shard['map_wall_max_s']:.1f} s",
                 f"{shard['map_wall_sum_s']:.1f} s",
+                f"{shard['stat_peak_mb'] / 1024:.2f} GB",
+                f"{shard['stat_wall_max_s']:.1f} s",
+                f"{shard['stat_wall_sum_s']:.1f} s",
                 f"{shard['reduce_peak_mb'] / 1024:.2f} GB",
                 f"{shard['reduce_wall_s']:.1f} s",
             ]
@@ -263,7 +303,8 @@ def semantic_main(scales: list[int], with_lexical: bool, json_path: str | None, 
         )
         for step, peak, vec in (
             ("largest map", r["map_peak_mb"], r["map_vectors_mb"]),
-            ("reduce", r["reduce_peak_mb"], r["vectors_gb"] * 1024),
+            ("largest stat task", r["stat_peak_mb"], r["stat_texts_max"] * SEM_DIM * 4 / 2**20),
+            ("reduce", r["reduce_peak_mb"], r["source_texts_max"] * SEM_DIM * 4 / 2**20),
         ):
             beyond = (peak - vec) / 1024
             print(
