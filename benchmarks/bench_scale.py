@@ -25,15 +25,19 @@ passages within 8 GB.
 
 ``--shards N`` (with ``--semantic``) also audits each file in N shards (issue 35) as
 ``audit.stage=all`` does with a launcher, each step a fresh subprocess: the plan (load, write every
-shard's work file), N map tasks (each reads its work file, not the input, and encodes into a cache
-folder the maps share, cold at first), then the reduce. It prints, beside the one-process audit, the
-plan's peak RSS and wall, the largest map's, the maps' summed wall (one machine) and the reduce's;
-the texts all maps request together against the distinct texts (maps split by text hash: equal, so
-maps run at once encode nothing twice) and the largest map's share; and checks that the reduce wrote
-the one-process bytes (HashEncoder's vectors do not depend on the batch, so here the caches may
-differ). Goal (issue 35): the largest map and the reduce each within 1.5 GB beyond the vectors they
-hold (the map: its share of the distinct queries and passages, from its marker; the reduce: every
-distinct text), one PASS/FAIL line each.
+map's work file, the collection's context and every stat task's records), N map tasks (each reads
+its work file, not the input, and encodes into a cache folder the maps share, cold at first), N stat
+tasks (each reads its records and the context, not the input, and writes its shard's values), then
+the reduce (which must find every stat task done). It prints, beside the one-process audit, the
+plan's peak RSS and wall, the largest map's, the maps' summed wall (one machine), the same for the
+stat tasks, and the reduce's; the texts all maps request together against the distinct texts (maps
+split by text hash: equal, so maps run at once encode nothing twice) and the largest map's share;
+and checks that the reduce wrote the one-process bytes (HashEncoder's vectors do not depend on the
+batch, so here the caches may differ). Goal (issue 35): the largest map, the largest stat task and
+the reduce each within 1.5 GB beyond the vectors they hold (a map: its share of the distinct
+queries and passages, from its marker; a stat task: the distinct texts of its records and the
+background sample; the reduce: the largest source's distinct texts, since it reads one source's
+vectors at a time), one PASS/FAIL line each.
 
     python benchmarks/bench_scale.py [--scales 2500,10000,25000] [--sources 14] [--k 8]
     python benchmarks/bench_scale.py --semantic 100000,1000000,5000000
@@ -128,25 +132,28 @@ def semantic_child(folder: str, lexical: bool, shard: str | None = None) -> None
     """Runs in the measured subprocess: the public audit of ``folder`` (with :class:`HashEncoder`
     unless ``lexical``), artifacts written beside it. ``shard`` = ``"plan/N"``: load once and write
     the N work files; ``"i/N"``: map task i of N from its work file (cache ``folder/cache-sharded``);
-    ``"stats-i/N"``: stat task i of N as a launched one runs (loads the input, computes the context,
-    writes its shard's values); ``"reduce/N"``: the reduce of those maps and stat tasks (artifacts in
-    ``out-sharded``)."""
+    ``"stats-i/N"``: stat task i of N as a launched one runs (reads its records and the context from
+    the files the plan wrote, writes its shard's values); ``"reduce/N"``: the reduce of those maps
+    and stat tasks (artifacts in ``out-sharded``)."""
     import dataclasses
+    import gzip
 
     import transferdx as tdx
     from transferdx.auditing.core import SemanticSettings
     from transferdx.diagnostics.composite import CompositeSettings
     from transferdx.embed import EmbeddingCache, EncoderSpec
+    from transferdx.pipeline.settings import AuditOptions
     from transferdx.pipeline.sharding import (
         ShardPlan,
         ShardSettings,
         collection_texts,
         encode_shard_work,
+        run_shard_work,
         run_stage,
-        shard_of,
         shard_plan,
         write_shard_work,
     )
+    from transferdx.pipeline.stat_tasks import write_stats_work
 
     t0, c0 = time.perf_counter(), time.process_time()
     encoder = None
@@ -168,20 +175,23 @@ def semantic_child(folder: str, lexical: bool, shard: str | None = None) -> None
         plan = ShardPlan(Path(Path(folder, "plan.txt").read_text().strip()), int(shard.split("/")[1]))
         marker = encode_shard_work(plan.work(int(which)), encoder)
         texts = int(marker["queries"]) + int(marker["passages"])
+    elif which.startswith("stats-"):  # a stat task as audit.stage=all launches one: its records, the context
+        plan = ShardPlan(Path(Path(folder, "plan.txt").read_text().strip()), int(shard.split("/")[1]))
+        path = plan.stats_work(int(which[6:]))
+        marker = run_shard_work(path, AuditOptions(**kw), encoder)
+        assert not marker["reused"]
+        with gzip.open(path, "rt", encoding="utf-8") as lines:  # the texts whose vectors it read
+            rows = [json.loads(line) for line in list(lines)[1:]]
+        own = {t for r in rows for t in (r[1], r[4][0][1], *(n[1] for n in r[5]))}
+        texts = len(own) + (semantic.background_size if semantic else 0)
     else:
         prepared = tdx.pipeline.prepare_audit(folder, encoder=encoder, controls="none", **kw)
         plan = shard_plan(prepared, int(shard.split("/")[1]), cache)
-        if which == "plan":  # the work files of every shard
+        if which == "plan":  # the work files of every map and stat task (the stat tasks': records, context)
             paths = write_shard_work(prepared, plan, range(plan.shards))
+            write_stats_work(prepared, plan.store(prepared), range(plan.shards))
             Path(folder, "plan.txt").write_text(str(paths[0].parent))
             texts = sum(map(len, collection_texts(prepared)))  # the distinct texts the maps share out
-        elif which.startswith("stats-"):  # a stat task as audit.stage=all launches one
-            stat = ShardSettings(shards=plan.shards, stage="stats", shard=int(which[6:]), cache_dir=cache)
-            marker = run_stage(prepared, stat)
-            assert isinstance(marker, dict) and not marker["reused"]
-            mine = [r for r in prepared.loaded.records if shard_of(r.qid, plan.shards) == stat.shard]
-            own = {t for r in mine for t in (r.query, r.positives[0].text, *(n.text for n in r.negatives))}
-            texts = len(own) + (semantic.background_size if semantic else 0)  # the vectors it read (at most)
         else:
             result = run_stage(prepared, ShardSettings(shards=plan.shards, stage="reduce", cache_dir=cache))
             assert isinstance(result, tdx.Audit)

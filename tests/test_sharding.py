@@ -238,3 +238,41 @@ def test_stat_tasks_keep_verified_values_and_a_damaged_one_is_recomputed_alone(t
     changed[0] = dataclasses.replace(changed[0], query=changed[0].query + " again")
     other = tdx.pipeline.prepare_audit(changed, **kw)
     assert shard_plan(other, 3, tmp_path).store(other).missing() == [0, 1, 2]
+
+
+def test_launched_stat_tasks_read_their_records_and_the_context_not_the_input(tmp_path):
+    """What ``audit.stage=all`` hands a launched stat task: its records (every record of its qids)
+    and the collection's context as data — read back, the context is the same (ψ's vocabulary in its
+    order, each corpus's df with its dtype, N, the background sample, the positives' owners); three
+    tasks run from those files alone give the reduce nothing to compute, and the one-process bytes
+    (demo with its controls, static backbone)."""
+    import numpy as np
+
+    from transferdx.pipeline.stat_tasks import prepared_context, read_context, write_stats_work
+
+    cache = tmp_path / "cache"
+    kw = {"encoder": "static_minilm", "resamples": 20, "cache_dir": cache, "label": "demo"}
+    records = tdx.load("demo").records
+    records = [*records, dataclasses.replace(records[0], qid=records[0].qid + "-twin")]  # a positive of two qids
+    prepared = tdx.pipeline.prepare_audit(records, **kw)
+    plan = shard_plan(prepared, 3)
+    for i in range(3):
+        tdx.pipeline.sharding.encode_shard(prepared, plan, i)
+    store = plan.store(prepared)
+    paths = write_stats_work(prepared, store, [0, 1, 2])
+    context, back = prepared_context(prepared), read_context(store.context())
+    assert list(back.idf.vocab.items()) == list(context.idf.vocab.items())
+    assert list(back.idf.corpora) == list(context.idf.corpora)
+    for name, (df, n) in context.idf.corpora.items():
+        assert back.idf.corpora[name][1] == n and back.idf.corpora[name][0].dtype == df.dtype
+        np.testing.assert_array_equal(back.idf.corpora[name][0], df)
+    assert back.background == context.background and back.positives == context.positives
+    assert any(isinstance(v, set) for v in context.positives.values())
+    markers = [tdx.pipeline.run_shard_work(path, prepared.options, prepared.encoder) for path in paths]
+    assert [m["reused"] for m in markers] == [False] * 3
+    assert sum(m["records"] for m in markers) == len(prepared.loaded.records)
+    reduce_shards(prepared, plan).save(tmp_path / "sharded")
+    assert reduce_summary(cache, 3)["reduce_stats_run"] == []
+    tdx.audit(records, **kw).save(tmp_path / "one")
+    same_bytes(tmp_path / "one", tmp_path / "sharded")
+    assert tdx.pipeline.run_shard_work(paths[1], prepared.options, prepared.encoder)["reused"] is True

@@ -64,6 +64,8 @@ def test_st_parquet_through_a_launcher_writes_the_one_process_bytes(launcher, da
     # the statistics: a second sweep, one stat task a query shard, before the reduce pooled their values
     assert len([p for p in sweep.with_name("sweep-stats").iterdir() if p.name[0].isdigit()]) == 3
     assert summary["reduce_stats_run"] == [0, 1, 2] and len(summary["value_markers"]) == 3
+    assert len(list(sweep.parent.glob("values-*.work.jsonl.gz"))) == 3  # their records, not the input
+    assert len(list(sweep.parent.glob("context-*.json.gz"))) == 1  # the collection's context, once
     before = {p: p.stat().st_mtime_ns for p in sweep.parent.glob("*.json") if p.name != "reduce.json"}
     assert len(before) == 6
     cli(*sharded, f"output_dir={tmp_path / 'again'}", cache=cache)

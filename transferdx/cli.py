@@ -28,9 +28,9 @@ def run_audit(cfg: DictConfig) -> Path:
     from transferdx import config as c
     from transferdx import pipeline as p
 
-    if (work := c.shard_work_file(cfg)) is not None:  # a map task that audit.stage=all launched: its texts only
-        return print(p.shard_line(p.encode_shard_work(work, c.build_encoder(cfg)))) or Path(cfg.output_dir)
     started, out, options = time.perf_counter(), Path(cfg.output_dir), c.audit_options(cfg)
+    if (work := c.shard_work_file(cfg)) is not None:  # a task that audit.stage=all launched: its work file only
+        return print(p.shard_line(p.run_shard_work(work, options, c.build_encoder(cfg)))) or out
     loaded = p.load_inputs(c.input_settings(cfg), encoder := c.build_encoder(cfg))
     p.require_records(loaded, options.label, out)
     kept = encoder if options.semantic else None

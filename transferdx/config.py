@@ -459,15 +459,17 @@ def study_call(cfg: DictConfig) -> dict[str, Any]:
 
 
 def shard_work_file(cfg: DictConfig) -> Path | None:
-    """The work file of a map task that ``audit.stage=all`` launched (``audit.work_dir`` set): the
-    task encodes its texts and never loads the input."""
+    """The work file of a map or stat task that ``audit.stage=all`` launched (``audit.work_dir``
+    set): a map encodes its texts, a stat task computes its records' values; neither loads the
+    input."""
     from transferdx.pipeline.sharding import ShardPlan
 
     block = cfg.get("audit") or {}
     folder, shard = block.get("work_dir"), block.get("shard")
-    if not folder or shard is None or str(block.get("stage")) != "map":
+    if not folder or shard is None or str(block.get("stage")) not in ("map", "stats"):
         return None
-    return ShardPlan(Path(str(folder)), int(block.get("shards", 1))).work(int(shard))
+    plan = ShardPlan(Path(str(folder)), int(block.get("shards", 1)))
+    return plan.work(int(shard)) if block.get("stage") == "map" else plan.stats_work(int(shard))
 
 
 def shard_settings(cfg: DictConfig) -> ShardSettings:

@@ -187,23 +187,35 @@ def _audit_order(frame: pd.DataFrame) -> np.ndarray:
     return np.lexsort((np.arange(len(frame)), frame["qid"].to_numpy(str), frame["source"].to_numpy(str)))
 
 
-def merge_values(parts: Sequence[ShardValues]) -> ShardValues:
+def merge_values(parts: Iterable[ShardValues]) -> ShardValues:
     """The :class:`ShardValues` of query shards (each qid in one of them) as one, in the audit's
     order (source, qid): what :func:`record_values` gives for their union, when each part came from
-    :func:`shard_values` under that union's context. Range: the rows of all parts, each once."""
-    if not parts:
+    :func:`shard_values` under that union's context. Range: the rows of all parts, each once.
+    ``parts`` may be a generator (e.g. shards read from disk one by one): the parts are let go once
+    concatenated, so at most two copies of the rows are held at once."""
+    negs: list[pd.DataFrame] = []
+    recs: list[pd.DataFrame] = []
+    probs: list[np.ndarray | None] = []
+    others: list[np.ndarray] = []
+    for p in parts:
+        negs.append(p.negatives)
+        recs.append(p.records)
+        probs.append(p.probability)
+        others.append(p.other_positive)
+    if not negs:
         raise ValueError("no shard values to merge")
-    negatives = pd.concat([p.negatives for p in parts], ignore_index=True)
-    records = pd.concat([p.records for p in parts], ignore_index=True)
+    negatives = pd.concat(negs, ignore_index=True)
+    records = pd.concat(recs, ignore_index=True)
+    negs.clear()
+    recs.clear()
     at = _audit_order(negatives)
-    probs = [p.probability for p in parts if p.probability is not None]
-    probability = np.concatenate(probs)[at] if len(probs) == len(parts) else None
-    return ShardValues(
-        negatives.iloc[at].reset_index(drop=True),
-        records.iloc[_audit_order(records)].reset_index(drop=True),
-        probability,
-        np.concatenate([p.other_positive for p in parts])[at],
-    )
+    probability = None
+    if all(p is not None for p in probs):
+        probability = np.concatenate([p for p in probs if p is not None])[at]
+    probs.clear()
+    other = np.concatenate(others)[at]
+    negatives = negatives.take(at).reset_index(drop=True)
+    return ShardValues(negatives, records.take(_audit_order(records)).reset_index(drop=True), probability, other)
 
 
 def _values(

@@ -1,4 +1,4 @@
-"""The sharded audit: the frozen encoder's work split over tasks, the statistics computed once.
+"""The sharded audit: the frozen encoder's work split over map tasks, the statistics over stat tasks.
 
 A collection too big for one machine's encoder time is audited in N shards. Each **map** task
 encodes one share of the collection's *distinct texts* into the content-addressed embedding cache
@@ -10,27 +10,26 @@ its share from a work file that ``audit.stage=all`` wrote after loading the inpu
 (:func:`write_shard_work`, :func:`encode_shard_work`), or, for a task started by hand
 (:func:`audit_shard`), from the input loaded as the one-process audit loads it. It then leaves a
 marker (``shard-<i>-of-<N>.json``: the digest of its share, counts, encoded texts, seconds, peak
-memory) in the plan's folder, ``<cache_dir>/audit-shards/<plan key>/``. The **reduce**
-(:func:`reduce_shards`) checks that every shard's marker is there and matches the share it computes
-from the records it loads, then runs the one-process audit
-(:func:`~transferdx.pipeline.auditing.audit_prepared`) on the cache the maps filled: it encodes
-nothing, and its artifacts are the one-process audit's bytes, whatever N, because it *is* the
-one-process computation on the same vectors (tests: DL19 in 1–4 shards, a sentence-transformers
-Parquet file through joblib and submitit, the demo as a SLURM array). A re-submission runs only
-the shards without a valid marker — after an edit of the input, only those whose share of texts
-changed; a map killed mid-run keeps the cache chunks it flushed, so its rerun encodes only the rest.
+memory) in the plan's folder, ``<cache_dir>/audit-shards/<plan key>/``. Then N **stat tasks**
+(:mod:`transferdx.pipeline.stat_tasks`) split the *records* by query and write each shard's per-row
+values, and the **reduce** (:func:`reduce_shards`) checks that every map's marker is there and
+matches the share it computes from the records it loads, computes the stat tasks still missing, and
+pools their merged values (:func:`~transferdx.pipeline.auditing.audit_prepared_values`): it encodes
+nothing, and its artifacts are the one-process audit's bytes, whatever N, because the shards' rows
+are the whole collection's bit for bit and the pooled steps are the one-process code (tests: DL19 in
+1–4 shards, a sentence-transformers Parquet file through joblib and submitit, the demo as a SLURM
+array). A re-submission runs only the shards without a valid marker — after an edit of the input,
+only the maps whose share of texts changed (and every stat task: their context is the whole
+collection's); a map killed mid-run keeps the cache chunks it flushed, so its rerun encodes only the
+rest.
 
-What is sharded is the encoder, the part of a semantic audit that grows with the collection and needs
-an accelerator (measured shares: docs/benchmarks.md). The statistics (ψ's tokenisation, the
-per-negative scores, the bootstrap) still run in the reduce over the whole collection. Their per-row
-half can be computed by shards of records split by query
-(:func:`~transferdx.auditing.core.shard_values`, exact given
-:func:`~transferdx.auditing.core.audit_context`); the tasks that would run it and the merge that
-would pool each source are the next step (issue 35).
+What the maps split is the encoder, the part of a semantic audit that grows with the collection and
+needs an accelerator (measured shares: docs/benchmarks.md); the stat tasks split ψ's tokenisation and
+the per-negative scores; the reduce holds the records, the values and one source's vectors at a time.
 
-:func:`audit_sharded` runs map and reduce from Python (the maps in this process, or through the
+:func:`audit_sharded` runs maps, stat tasks and reduce from Python (in this process, or through the
 ``run_maps`` callable given); ``transferdx-audit audit.shards=N`` does the same from the command
-line, the maps through the Hydra launcher chosen (``hydra/launcher=joblib|submitit_local|
+line, maps and stat tasks through the Hydra launcher chosen (``hydra/launcher=joblib|submitit_local|
 submitit_slurm``; :func:`hydra_map_runner`)."""
 
 from __future__ import annotations
@@ -53,7 +52,17 @@ from transferdx.embed.cache import EmbeddingCache, text_key
 from transferdx.pipeline.auditing import PreparedAudit, audit_prepared, audit_prepared_values, prepare_audit
 from transferdx.pipeline.encoders import EncoderLike
 from transferdx.pipeline.settings import AuditOptions
-from transferdx.pipeline.stat_tasks import ValueStore, compute_stats, read_values, stats_line, value_store
+from transferdx.pipeline.stat_tasks import (
+    STATS_WORK_SUFFIX,
+    ValueStore,
+    compute_stats,
+    read_values,
+    stats_from_work,
+    stats_line,
+    stats_work_path,
+    value_store,
+    write_stats_work,
+)
 from transferdx.presets import default_cache_dir
 
 PLAN_DIR = "audit-shards"
@@ -154,6 +163,10 @@ class ShardPlan:
     def work(self, shard: int) -> Path:
         """The texts map task ``shard`` encodes (:func:`write_shard_work`)."""
         return self.folder / f"shard-{shard:04d}-of-{self.shards:04d}.work.json.gz"
+
+    def stats_work(self, shard: int) -> Path:
+        """The records stat task ``shard`` reads (:func:`~transferdx.pipeline.stat_tasks.write_stats_work`)."""
+        return stats_work_path(self.folder, shard, self.shards)
 
     def done(self, shard: int, digest: str) -> dict[str, Any] | None:
         """The marker of ``shard`` when it is there, readable and for the share with ``digest``."""
@@ -257,6 +270,15 @@ def encode_shard_work(path: str | Path, encoder: EmbeddingCache | None) -> dict[
     except (OSError, ValueError) as exc:
         raise ShardsIncomplete(f"{path}: the shard's work file cannot be read ({exc}); rerun audit.stage=all") from None
     return _encode(encoder, ShardPlan(Path(path).parent, int(work["shards"])), work, started)
+
+
+def run_shard_work(path: str | Path, options: AuditOptions, encoder: EmbeddingCache | None) -> dict[str, Any]:
+    """A task that ``audit.stage=all`` launched, from its work file alone: a map's texts
+    (:func:`encode_shard_work`) or a stat task's records
+    (:func:`~transferdx.pipeline.stat_tasks.stats_from_work`). Returns its marker."""
+    if str(path).endswith(STATS_WORK_SUFFIX):
+        return stats_from_work(path, options, encoder)
+    return encode_shard_work(path, encoder)
 
 
 def shard_digests(prepared: PreparedAudit, plan: ShardPlan) -> list[str]:
@@ -381,9 +403,10 @@ def audit_sharded(
     run_maps: MapRunner = run_maps_here,
     **overrides: Any,
 ) -> Audit:
-    """The audit of :func:`~transferdx.pipeline.auditing.audit` in ``shards`` map tasks and one
-    reduce: the shards without a valid marker go to ``run_maps`` (default: this process, one after
-    another), then :func:`reduce_shards`. Same arguments and the same result as ``audit``."""
+    """The audit of :func:`~transferdx.pipeline.auditing.audit` in ``shards`` map tasks, ``shards``
+    stat tasks and one reduce: the maps without a valid marker go to ``run_maps`` (default: this
+    process, one after another), then :func:`reduce_shards` (the stat tasks missing in this process,
+    in one pass). Same arguments and the same result as ``audit``."""
     prepared = prepare_audit(records, options, encoder=encoder, cache_dir=cache_dir, controls=controls, **overrides)
     settings = ShardSettings(shards=shards, run_maps=run_maps, cache_dir=cache_dir)
     return _stage_all(prepared, shard_plan(prepared, shards, cache_dir), settings)
@@ -392,8 +415,9 @@ def audit_sharded(
 @dataclasses.dataclass(frozen=True)
 class ShardSettings:
     """How an audit is split: ``shards`` (1: the one-process audit), ``stage`` (``all``: the maps
-    still missing, through ``run_maps``, then the reduce; ``map``: shard ``shard`` only; ``reduce``:
-    the reduce only), and the cache folder that keeps a lexical audit's markers."""
+    still missing, through ``run_maps``, the stat tasks still missing, through ``run_stats``, then the
+    reduce; ``map``: map ``shard`` only; ``stats``: stat task ``shard`` only; ``reduce``: the reduce,
+    with any stat task still missing), and the cache folder that keeps a lexical audit's markers."""
 
     shards: int = 1
     stage: str = "all"
@@ -450,11 +474,11 @@ def hydra_map_runner(
 ) -> MapRunner:
     """Map tasks (``stage="map"``) or stat tasks (``"stats"``) through a Hydra launcher:
     ``transferdx-audit -m audit.stage=<stage> audit.shard=<the missing ones>`` with the run's own
-    overrides and its ``hydra/launcher`` choice and settings. Each missing map's texts are first
-    written to a work file (:func:`write_shard_work`) and the maps get ``audit.work_dir=<plan>``: a
-    map reads its work file, not the input; a stat task loads the input and computes the
-    collection's context itself, then its shard's values. The basic launcher runs them here, in
-    this process. The sweep's folder is ``<plan>/sweep`` (``<plan>/sweep-stats``)."""
+    overrides, its ``hydra/launcher`` choice and settings and ``audit.work_dir=<plan>``. Each task
+    reads a work file, not the input: a map its texts (:func:`write_shard_work`), a stat task its
+    records and the collection's context
+    (:func:`~transferdx.pipeline.stat_tasks.write_stats_work`). The basic launcher runs them here,
+    in this process. The sweep's folder is ``<plan>/sweep`` (``<plan>/sweep-stats``)."""
     kept = ("hydra/launcher=", "hydra.launcher.", "hydra.searchpath")
     launcher_args = [o for o in hydra_overrides if o.startswith(kept)]
     dropped = ("audit.stage", "audit.shard", "audit.work_dir", "output_dir")  # each task's own; none writes artifacts
@@ -465,10 +489,10 @@ def hydra_map_runner(
         if launcher == "basic":
             here(prepared, plan, shards)
             return
-        work: list[str] = []
         if stage == "map":
             write_shard_work(prepared, plan, shards)
-            work = [f"audit.work_dir={plan.folder}"]
+        else:
+            write_stats_work(prepared, plan.store(prepared), shards)
         args = [
             sys.executable,
             "-m",
@@ -478,7 +502,7 @@ def hydra_map_runner(
             *launcher_args,
             f"audit.stage={stage}",
             f"audit.shard={','.join(map(str, shards))}",
-            *work,
+            f"audit.work_dir={plan.folder}",
             f"hydra.sweep.dir={plan.folder / ('sweep' if stage == 'map' else 'sweep-stats')}",
         ]
         done = subprocess.run(args, check=False)

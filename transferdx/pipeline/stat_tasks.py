@@ -18,31 +18,46 @@ vectors read from the cache one source at a time, the profile, the suspects) —
 audit's bytes.
 
 Stat tasks run in this process take the missing shards' records together, in one pass (one read of
-the cache, one tokenisation: the one-process audit's cost), and write each shard's rows; a stat task
-launched on its own (``audit.stage=stats audit.shard=i``) loads the input and computes the context
-itself, then its shard only."""
+the cache, one tokenisation: the one-process audit's cost), and write each shard's rows. For stat
+tasks launched elsewhere, ``audit.stage=all`` first writes the context once
+(``context-<digest>.json.gz`` and ``.npz``: :func:`write_context`) and each task's records
+(``values-<i>-of-<N>.work.jsonl.gz``: :func:`write_stats_work`); a task started with
+``audit.work_dir`` reads those two files only (:func:`stats_from_work`) — never the input, never the
+other shards' records. A stat task started by hand without it (``audit.stage=stats audit.shard=i``)
+loads the input and computes the context itself, then its shard only."""
 
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import hashlib
 import io
 import json
 import os
 import resource
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from transferdx.artifacts import atomic_folder, atomic_write_text, canonical_json, file_hash
+from transferdx.artifacts import (
+    atomic_file,
+    atomic_folder,
+    atomic_write_bytes,
+    atomic_write_text,
+    canonical_json,
+    file_hash,
+)
 from transferdx.auditing.core import AuditContext, SemanticSettings, ShardValues, audit_context, shard_values
-from transferdx.inputs.records import Record
+from transferdx.diagnostics.lexical import IdfTables
+from transferdx.embed.cache import EmbeddingCache
+from transferdx.inputs.records import Passage, Record
 from transferdx.pipeline.auditing import PreparedAudit
 from transferdx.pipeline.encoders import make_tokenizer
+from transferdx.pipeline.settings import AuditOptions
 
 VALUES_VERSION = 1
 VALUE_FILES = ("negatives.parquet", "records.parquet", "arrays.npz")
@@ -70,6 +85,14 @@ def collection_digest(records: Sequence[Record]) -> str:
     return digest.hexdigest()
 
 
+STATS_WORK_SUFFIX = ".work.jsonl.gz"
+
+
+def stats_work_path(folder: Path, shard: int, shards: int) -> Path:
+    """``<folder>/values-<i>-of-<N>.work.jsonl.gz``: stat task ``shard``'s records."""
+    return Path(folder) / f"values-{shard:04d}-of-{shards:04d}{STATS_WORK_SUFFIX}"
+
+
 @dataclasses.dataclass(frozen=True)
 class ValueStore:
     """Where the stat tasks of one sharded audit keep their values: ``folder`` (the maps' plan
@@ -84,6 +107,14 @@ class ValueStore:
 
     def marker(self, shard: int) -> Path:
         return self.folder / f"values-{shard:04d}-of-{self.shards:04d}.json"
+
+    def work(self, shard: int) -> Path:
+        """The records stat task ``shard`` reads when it was launched (:func:`write_stats_work`)."""
+        return stats_work_path(self.folder, shard, self.shards)
+
+    def context(self) -> Path:
+        """The collection's context, for launched stat tasks (:func:`write_context`; ``.npz`` beside)."""
+        return self.folder / f"context-{self.digest[:20]}.json.gz"
 
     def done(self, shard: int) -> dict[str, Any] | None:
         """The marker of ``shard`` when it is readable, for this collection, and every file it names
@@ -199,10 +230,13 @@ def _rows_of(values: ShardValues, shards: int, shard: int) -> ShardValues:
     )
 
 
-def compute_stats(prepared: PreparedAudit, store: ValueStore, shards: Sequence[int]) -> list[dict[str, Any]]:
+def compute_stats(
+    prepared: PreparedAudit, store: ValueStore, shards: Sequence[int], context: AuditContext | None = None
+) -> list[dict[str, Any]]:
     """The stat tasks ``shards`` in this process: their records' values in one pass under the whole
-    collection's context, each shard's rows written to ``store`` (its marker last). Shards whose
-    marker is valid are left as they are."""
+    collection's context (``context``: :func:`prepared_context`, when the caller has it), each
+    shard's rows written to ``store`` (its marker last). Shards whose marker is valid are left as
+    they are."""
     todo = [i for i in shards if store.done(i) is None]
     if not todo:
         return []
@@ -211,14 +245,123 @@ def compute_stats(prepared: PreparedAudit, store: ValueStore, shards: Sequence[i
             raise ValueError(f"audit.shard must be in 0 … {store.shards - 1}, got {i}")
     started, wanted = time.perf_counter(), set(todo)
     records = [r for r in prepared.loaded.records if query_shard(r.qid, store.shards) in wanted]
-    values = _values_of(prepared, records, prepared_context(prepared))
+    values = _values_of(prepared, records, context or prepared_context(prepared))
     del records
     return [store.write(i, _rows_of(values, store.shards, i), started) for i in todo]
 
 
-def read_values(store: ValueStore) -> list[ShardValues]:
-    """Every stat task's values, in shard order (each verified against its marker by the caller)."""
-    return [store.read(i) for i in range(store.shards)]
+def _passage_row(p: Passage) -> list[Any]:
+    return [p.id, p.text, p.method, p.relation, p.rank, p.judgment, p.score]
+
+
+def _passage(row: list[Any]) -> Passage:
+    return Passage(*row)
+
+
+def write_stats_work(prepared: PreparedAudit, store: ValueStore, shards: Sequence[int]) -> list[Path]:
+    """For each stat task in ``shards``, its records (every record of its qids), one JSON line each
+    with every field the statistics read, after a header line (version, shard, N, the collection's
+    digest); gzip, written atomically. The context goes beside them once (:func:`write_context`)."""
+    write_context(store, prepared_context(prepared))
+    wanted = set(shards)
+    parts: dict[int, list[Record]] = {i: [] for i in shards}
+    for r in prepared.loaded.records:
+        if (i := query_shard(r.qid, store.shards)) in wanted:
+            parts[i].append(r)
+    paths = []
+    for i in shards:
+        head = {"version": VALUES_VERSION, "shard": i, "shards": store.shards, "digest": store.digest}
+        with atomic_file(store.work(i)) as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as out:
+            out.write((json.dumps(head) + "\n").encode("utf-8"))
+            for r in parts[i]:
+                row = [r.qid, r.query, r.source, r.kind, [_passage_row(p) for p in r.positives]]
+                row.append([_passage_row(n) for n in r.negatives])
+                out.write((json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8"))
+        paths.append(store.work(i))
+    return paths
+
+
+def write_context(store: ValueStore, context: AuditContext) -> Path:
+    """The collection's :class:`~transferdx.auditing.core.AuditContext` as data: ψ's vocabulary (in
+    its order), the IDF corpora's names and N, the background sample and the positives' owners in
+    ``context-<digest>.json.gz``; each corpus's document frequencies in ``.npz`` beside (NumPy arrays,
+    read without pickle). Written once per collection (skipped when both files read back whole, for
+    this collection's digest)."""
+    path, arrays = store.context(), store.context().with_suffix("").with_suffix(".npz")
+    try:
+        read_context(path, store.digest)
+        return path  # another run wrote it, and it reads back whole
+    except (OSError, ValueError, KeyError, EOFError):
+        pass  # missing or damaged: (re)written
+    names = list(context.idf.corpora)
+    buffer = io.BytesIO()
+    np.savez(buffer, *[context.idf.corpora[name][0] for name in names])  # arr_0, arr_1, … in the names' order
+    atomic_write_bytes(arrays, buffer.getvalue())
+    owners = {key: (sorted(held) if isinstance(held, set) else held) for key, held in context.positives.items()}
+    data = {
+        "version": VALUES_VERSION,
+        "digest": store.digest,
+        "vocab": list(context.idf.vocab),
+        "corpora": [[name, int(context.idf.corpora[name][1])] for name in names],
+        "background": list(context.background),
+        "positives": owners,
+    }
+    atomic_write_bytes(path, gzip.compress(json.dumps(data, ensure_ascii=False).encode("utf-8"), mtime=0))
+    return path
+
+
+def read_context(path: str | Path, digest: str | None = None) -> AuditContext:
+    """:func:`write_context`'s files back as the :class:`~transferdx.auditing.core.AuditContext`;
+    ValueError when they are another collection's (``digest``) or cannot be read whole."""
+    path = Path(path)
+    try:
+        data = json.loads(gzip.decompress(path.read_bytes()))
+    except (EOFError, gzip.BadGzipFile) as exc:
+        raise ValueError(f"{path}: cut short or not gzip ({exc})") from None
+    if digest is not None and data.get("digest") != digest:
+        raise ValueError(f"{path}: the context of another collection")
+    with np.load(io.BytesIO(path.with_suffix("").with_suffix(".npz").read_bytes()), allow_pickle=False) as arrays:
+        corpora = {name: (arrays[f"arr_{k}"], int(n)) for k, (name, n) in enumerate(data["corpora"])}
+    vocab = {token: i for i, token in enumerate(data["vocab"])}
+    owners = {key: (set(held) if isinstance(held, list) else held) for key, held in data["positives"].items()}
+    return AuditContext(IdfTables(vocab, corpora), tuple(data["background"]), owners)
+
+
+def stats_from_work(path: str | Path, options: AuditOptions, encoder: EmbeddingCache | None) -> dict[str, Any]:
+    """One launched stat task: its records from its work file (:func:`write_stats_work`), the
+    context from the collection's files, its values into the store beside them. Never loads the
+    input. Returns its marker (``"reused": true`` when it was already done)."""
+    started, path = time.perf_counter(), Path(path)
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as lines:
+            head = json.loads(next(lines))
+            records = [
+                Record(row[0], row[1], tuple(map(_passage, row[4])), tuple(map(_passage, row[5])), row[2], row[3])
+                for row in map(json.loads, lines)
+            ]
+    except (OSError, ValueError, StopIteration, IndexError, TypeError) as exc:
+        raise ValueError(f"{path}: the stat task's work file cannot be read ({exc}); rerun audit.stage=all") from None
+    store = ValueStore(path.parent, int(head["shards"]), str(head["digest"]))
+    shard = int(head["shard"])
+    if (done := store.done(shard)) is not None:
+        return {**done, "reused": True}
+    context = read_context(store.context(), store.digest)
+    values = shard_values(
+        records,
+        make_tokenizer(options.tokenizer, **options.tokenizer_options),
+        context,
+        encoder=encoder if options.semantic is not None else None,
+        semantic=options.semantic or SemanticSettings(),
+        seed=options.seed,
+        kinds=dict(options.kinds),
+    )
+    return {**store.write(shard, values, started), "reused": False}
+
+
+def read_values(store: ValueStore) -> Iterator[ShardValues]:
+    """Every stat task's values, in shard order, one at a time (each verified against its marker by
+    the caller)."""
+    return (store.read(i) for i in range(store.shards))
 
 
 def stats_line(marker: dict[str, Any]) -> str:
