@@ -51,6 +51,8 @@ from transferdx.auditing.result import Audit
 from transferdx.embed.cache import EmbeddingCache, text_key
 from transferdx.pipeline.auditing import PreparedAudit, audit_prepared, audit_prepared_values, prepare_audit
 from transferdx.pipeline.encoders import EncoderLike
+from transferdx.pipeline.partition import shard_of as shard_of  # re-exported: the maps' partition
+from transferdx.pipeline.partition import shard_of_key
 from transferdx.pipeline.settings import AuditOptions
 from transferdx.pipeline.stat_tasks import (
     STATS_WORK_SUFFIX,
@@ -69,27 +71,12 @@ PLAN_DIR = "audit-shards"
 MARKER_VERSION = 2  # 2: maps split by text (1: by query)
 
 
-def shard_of(key: str, shards: int) -> int:
-    """The shard (0 … shards − 1) of the string ``key`` (a text, or a query id): the first 8 bytes
-    of SHA-256(key as UTF-8), big-endian, modulo ``shards`` — for a text, the first 8 bytes of its
-    cache key (:func:`~transferdx.embed.cache.text_key`). Stable across runs, machines and Python
-    versions."""
-    if shards < 1:
-        raise ValueError(f"shards must be ≥ 1, got {shards}")
-    return _shard_of_key(text_key(str(key)), shards)
-
-
-def _shard_of_key(key: bytes, shards: int) -> int:
-    """:func:`shard_of` from the text's cache key (SHA-256 digest)."""
-    return int.from_bytes(key[:8], "big") % shards
-
-
 def _split(texts: Sequence[str], shards: int) -> list[tuple[list[str], list[bytes]]]:
     """Each shard's (texts, cache keys) of ``texts``, in their order."""
     parts: list[tuple[list[str], list[bytes]]] = [([], []) for _ in range(shards)]
     for text in texts:
         key = text_key(text)
-        mine, keys = parts[_shard_of_key(key, shards)]
+        mine, keys = parts[shard_of_key(key, shards)]
         mine.append(text)
         keys.append(key)
     return parts

@@ -57,6 +57,7 @@ from transferdx.embed.cache import EmbeddingCache
 from transferdx.inputs.records import Passage, Record
 from transferdx.pipeline.auditing import PreparedAudit
 from transferdx.pipeline.encoders import make_tokenizer
+from transferdx.pipeline.partition import shard_of
 from transferdx.pipeline.settings import AuditOptions
 
 VALUES_VERSION = 1
@@ -65,9 +66,7 @@ VALUE_FILES = ("negatives.parquet", "records.parquet", "arrays.npz")
 
 def query_shard(qid: str, shards: int) -> int:
     """The stat task of a query id: the first 8 bytes of SHA-256(qid as UTF-8), big-endian, mod
-    ``shards`` (:func:`~transferdx.pipeline.sharding.shard_of` of the qid)."""
-    from transferdx.pipeline.sharding import shard_of
-
+    ``shards`` (:func:`~transferdx.pipeline.partition.shard_of` of the qid)."""
     return shard_of(qid, shards)
 
 
