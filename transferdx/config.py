@@ -462,14 +462,13 @@ def shard_work_file(cfg: DictConfig) -> Path | None:
     """The work file of a map or stat task that ``audit.stage=all`` launched (``audit.work_dir``
     set): a map encodes its texts, a stat task computes its records' values; neither loads the
     input."""
-    from transferdx.pipeline.sharding import ShardPlan
+    from transferdx.pipeline.sharding import TASKS, ShardPlan
 
     block = cfg.get("audit") or {}
-    folder, shard = block.get("work_dir"), block.get("shard")
-    if not folder or shard is None or str(block.get("stage")) not in ("map", "stats"):
+    folder, shard, stage = block.get("work_dir"), block.get("shard"), str(block.get("stage"))
+    if not folder or shard is None or stage not in TASKS:
         return None
-    plan = ShardPlan(Path(str(folder)), int(block.get("shards", 1)))
-    return plan.work(int(shard)) if block.get("stage") == "map" else plan.stats_work(int(shard))
+    return TASKS[stage].work(ShardPlan(Path(str(folder)), int(block.get("shards", 1))), int(shard))
 
 
 def shard_settings(cfg: DictConfig) -> ShardSettings:

@@ -376,54 +376,60 @@ def audit_values(loaded: LoadResult, values: ShardValues, pooling: Pooling = Poo
         raise ValueError("the values' (source, qid) rows are not the input's records: they are another input's")
     extra: dict[str, dict[str, Any]] = {}
     if pooling.encoder is not None and "s_qn" in values.negatives:
-        extra = source_composites(records, values, pooling.encoder, pooling.semantic, pooling)
+        extra = source_composites(records, values, pooling)
     return _pooled(loaded, records, values, extra, pooling)
 
 
 def source_vectors(records: Sequence[Record], encoder: EmbeddingCache) -> Vectors:
     """(e_q, e_p, e_n) of ``records`` — per record, per record, per negative — as gathers of their
     distinct texts' vectors from ``encoder``'s cache (texts it lacks are encoded)."""
+    return _gathers(records, encoder)[0]
+
+
+def _gathers(
+    records: Sequence[Record], encoder: EmbeddingCache, background: Sequence[str] = ()
+) -> tuple[Vectors, np.ndarray]:
+    """:func:`source_vectors` of ``records``, and the vectors of the ``background`` texts (rows in
+    its order): one request to the cache for the distinct queries, one for the distinct passages —
+    positives[0], the negatives, then the background — so each distinct text's vector is held once."""
     queries = list(dict.fromkeys(r.query for r in records))
     passages = list(
-        dict.fromkeys([r.positives[0].text for r in records] + [n.text for r in records for n in r.negatives])
+        dict.fromkeys(
+            [r.positives[0].text for r in records] + [n.text for r in records for n in r.negatives] + list(background)
+        )
     )
+    q_vec = encoder.embed(queries, "query")
+    p_vec = encoder.embed(passages, "passage")
     q_at = {t: i for i, t in enumerate(queries)}
     p_at = {t: i for i, t in enumerate(passages)}
     n_neg = sum(len(r.negatives) for r in records)
     q_rows = np.fromiter((q_at[r.query] for r in records), dtype=np.int64, count=len(records))
     p_rows = np.fromiter((p_at[r.positives[0].text] for r in records), dtype=np.int64, count=len(records))
     n_rows = np.fromiter((p_at[n.text] for r in records for n in r.negatives), dtype=np.int64, count=n_neg)
-    p_vec = encoder.embed(passages, "passage")
-    return (
-        IndexedRows(encoder.embed(queries, "query"), q_rows),
-        IndexedRows(p_vec, p_rows),
-        IndexedRows(p_vec, n_rows),
-    )
+    bg = p_vec[[p_at[t] for t in background]]
+    return (IndexedRows(q_vec, q_rows), IndexedRows(p_vec, p_rows), IndexedRows(p_vec, n_rows)), bg
 
 
-def source_composites(
-    records: Sequence[Record],
-    values: ShardValues,
-    encoder: EmbeddingCache,
-    semantic: SemanticSettings,
-    pooling: Pooling = Pooling(),
-) -> dict[str, dict[str, Any]]:
+def source_composites(records: Sequence[Record], values: ShardValues, pooling: Pooling) -> dict[str, dict[str, Any]]:
     """:func:`_composites` of each source of ``records`` (in the audit's order, ``values`` theirs),
-    its vectors read from the cache (:func:`source_vectors`) and let go before the next source's:
+    its vectors read from ``pooling.encoder``'s cache (:func:`source_vectors`) and let go before the
+    next source's:
     a source's composite and CI depend only on its own rows, so they are the ones the whole
     collection's vectors give."""
+    if pooling.encoder is None:
+        raise ValueError("the composite reads the sources' vectors: give pooling.encoder")
     sources = values.records["source"].to_numpy(str)
     neg_sources = values.negatives["source"].to_numpy(str)
     out: dict[str, dict[str, Any]] = {}
     for name in sorted(set(sources.tolist())):
         rec_rows, neg_rows = np.flatnonzero(sources == name), np.flatnonzero(neg_sources == name)
-        vectors = source_vectors([records[i] for i in rec_rows.tolist()], encoder)
+        vectors = source_vectors([records[i] for i in rec_rows.tolist()], pooling.encoder)
         out.update(
             _composites(
                 values.negatives.iloc[neg_rows],
                 values.records.iloc[rec_rows],
                 vectors,
-                semantic,
+                pooling.semantic,
                 pooling.seed,
                 pooling.resamples,
                 pooling.confidence,
@@ -772,24 +778,11 @@ def _semantic(
     not depend on the chunking (tests: whole and chunked audits give the same bytes)."""
     counts = per_record["n_negatives"].to_numpy()
     owner = np.repeat(np.arange(len(records)), counts)
-    queries = list(dict.fromkeys(r.query for r in records))
     if background is None:
         background = background_texts(records, s.background_size, seed)
-    passages = list(
-        dict.fromkeys(
-            [r.positives[0].text for r in records] + [n.text for r in records for n in r.negatives] + list(background)
-        )
-    )
-    q_vec = encoder.embed(queries, "query")
-    p_vec = encoder.embed(passages, "passage")
-    q_at = {t: i for i, t in enumerate(queries)}
-    p_at = {t: i for i, t in enumerate(passages)}
-    q_rows = np.fromiter((q_at[r.query] for r in records), dtype=np.int64, count=len(records))
-    p_rows = np.fromiter((p_at[r.positives[0].text] for r in records), dtype=np.int64, count=len(records))
-    n_rows = np.fromiter((p_at[n.text] for r in records for n in r.negatives), dtype=np.int64, count=len(owner))
-    bg = p_vec[[p_at[t] for t in background]].mean(axis=0)
-    del q_at, p_at, queries, passages
-    e_q, e_p, e_n = IndexedRows(q_vec, q_rows), IndexedRows(p_vec, p_rows), IndexedRows(p_vec, n_rows)
+    (e_q, e_p, e_n), bg_vectors = _gathers(records, encoder, background)
+    bg = bg_vectors.mean(axis=0)
+    del bg_vectors
 
     extra = None
     if s.in_batch:

@@ -456,30 +456,49 @@ def run_stage(prepared: PreparedAudit, s: ShardSettings) -> Audit | dict[str, An
     return STAGES[s.stage](prepared, shard_plan(prepared, s.shards, s.cache_dir), s)
 
 
+@dataclasses.dataclass(frozen=True)
+class TaskKind:
+    """One kind of launched task (``audit.stage=<name>``): how to run missing ones in this process,
+    how to write their work files, where a task's work file is, and its sweep folder's name."""
+
+    run_here: MapRunner
+    write_work: Callable[[PreparedAudit, ShardPlan, Sequence[int]], list[Path]]
+    work: Callable[[ShardPlan, int], Path]
+    sweep: str
+
+
+TASKS: dict[str, TaskKind] = {
+    "map": TaskKind(run_maps_here, write_shard_work, ShardPlan.work, "sweep"),
+    "stats": TaskKind(
+        run_stats_here,
+        lambda prepared, plan, shards: write_stats_work(prepared, plan.store(prepared), shards),
+        ShardPlan.stats_work,
+        "sweep-stats",
+    ),
+}
+
+
 def hydra_map_runner(
     task_overrides: Sequence[str], hydra_overrides: Sequence[str], launcher: str, stage: str = "map"
 ) -> MapRunner:
-    """Map tasks (``stage="map"``) or stat tasks (``"stats"``) through a Hydra launcher:
-    ``transferdx-audit -m audit.stage=<stage> audit.shard=<the missing ones>`` with the run's own
-    overrides, its ``hydra/launcher`` choice and settings and ``audit.work_dir=<plan>``. Each task
-    reads a work file, not the input: a map its texts (:func:`write_shard_work`), a stat task its
-    records and the collection's context
+    """Map tasks (``stage="map"``) or stat tasks (``"stats"``) through a Hydra launcher
+    (:data:`TASKS`): ``transferdx-audit -m audit.stage=<stage> audit.shard=<the missing ones>`` with
+    the run's own overrides, its ``hydra/launcher`` choice and settings and
+    ``audit.work_dir=<plan>``. Each task reads a work file, not the input: a map its texts
+    (:func:`write_shard_work`), a stat task its records and the collection's context
     (:func:`~transferdx.pipeline.stat_tasks.write_stats_work`). The basic launcher runs them here,
     in this process. The sweep's folder is ``<plan>/sweep`` (``<plan>/sweep-stats``)."""
+    kind = TASKS[stage]
     kept = ("hydra/launcher=", "hydra.launcher.", "hydra.searchpath")
     launcher_args = [o for o in hydra_overrides if o.startswith(kept)]
     dropped = ("audit.stage", "audit.shard", "audit.work_dir", "output_dir")  # each task's own; none writes artifacts
     own = [o for o in task_overrides if o.split("=", 1)[0].lstrip("+~") not in dropped]
-    here = run_maps_here if stage == "map" else run_stats_here
 
     def run(prepared: PreparedAudit, plan: ShardPlan, shards: list[int]) -> None:
         if launcher == "basic":
-            here(prepared, plan, shards)
+            kind.run_here(prepared, plan, shards)
             return
-        if stage == "map":
-            write_shard_work(prepared, plan, shards)
-        else:
-            write_stats_work(prepared, plan.store(prepared), shards)
+        kind.write_work(prepared, plan, shards)
         args = [
             sys.executable,
             "-m",
@@ -490,7 +509,7 @@ def hydra_map_runner(
             f"audit.stage={stage}",
             f"audit.shard={','.join(map(str, shards))}",
             f"audit.work_dir={plan.folder}",
-            f"hydra.sweep.dir={plan.folder / ('sweep' if stage == 'map' else 'sweep-stats')}",
+            f"hydra.sweep.dir={plan.folder / kind.sweep}",
         ]
         done = subprocess.run(args, check=False)
         if done.returncode != 0:

@@ -64,12 +64,6 @@ VALUES_VERSION = 1
 VALUE_FILES = ("negatives.parquet", "records.parquet", "arrays.npz")
 
 
-def query_shard(qid: str, shards: int) -> int:
-    """The stat task of a query id: the first 8 bytes of SHA-256(qid as UTF-8), big-endian, mod
-    ``shards`` (:func:`~transferdx.pipeline.partition.shard_of` of the qid)."""
-    return shard_of(qid, shards)
-
-
 def collection_digest(records: Sequence[Record]) -> str:
     """SHA-256 over every record as the statistics read it (source, kind, qid, query, each
     positive's and negative's id, text and metadata), in the audit's order (source, qid) — the order
@@ -197,17 +191,29 @@ def prepared_context(prepared: PreparedAudit) -> AuditContext:
     )
 
 
-def _values_of(prepared: PreparedAudit, records: Sequence[Record], context: AuditContext) -> ShardValues:
-    options = prepared.options
+def _values_of(
+    options: AuditOptions, encoder: EmbeddingCache | None, records: Sequence[Record], context: AuditContext
+) -> ShardValues:
+    """:func:`~transferdx.auditing.core.shard_values` of ``records`` under ``options`` (the encoder
+    only when the audit is semantic)."""
     return shard_values(
         records,
         make_tokenizer(options.tokenizer, **options.tokenizer_options),
         context,
-        encoder=prepared.encoder,
+        encoder=encoder if options.semantic is not None else None,
         semantic=options.semantic or SemanticSettings(),
         seed=options.seed,
         kinds=dict(options.kinds),
     )
+
+
+def _query_parts(records: Sequence[Record], shards: int, wanted: Sequence[int]) -> dict[int, list[Record]]:
+    """The records of each stat task in ``wanted`` (every record whose qid is in it), in their order."""
+    parts: dict[int, list[Record]] = {i: [] for i in wanted}
+    for r in records:
+        if (i := shard_of(r.qid, shards)) in parts:
+            parts[i].append(r)
+    return parts
 
 
 def _rows_of(values: ShardValues, shards: int, shard: int) -> ShardValues:
@@ -217,7 +223,7 @@ def _rows_of(values: ShardValues, shards: int, shard: int) -> ShardValues:
     def mask(frame: pd.DataFrame) -> np.ndarray:
         qids = frame["qid"].to_numpy(str)
         for q in set(qids.tolist()) - shard_of_qid.keys():
-            shard_of_qid[q] = query_shard(q, shards)
+            shard_of_qid[q] = shard_of(q, shards)
         return np.fromiter((shard_of_qid[q] == shard for q in qids.tolist()), dtype=bool, count=len(qids))
 
     neg = mask(values.negatives)
@@ -242,9 +248,9 @@ def compute_stats(
     for i in todo:
         if not 0 <= i < store.shards:
             raise ValueError(f"audit.shard must be in 0 … {store.shards - 1}, got {i}")
-    started, wanted = time.perf_counter(), set(todo)
-    records = [r for r in prepared.loaded.records if query_shard(r.qid, store.shards) in wanted]
-    values = _values_of(prepared, records, context or prepared_context(prepared))
+    started = time.perf_counter()
+    records = [r for part in _query_parts(prepared.loaded.records, store.shards, todo).values() for r in part]
+    values = _values_of(prepared.options, prepared.encoder, records, context or prepared_context(prepared))
     del records
     return [store.write(i, _rows_of(values, store.shards, i), started) for i in todo]
 
@@ -261,12 +267,9 @@ def write_stats_work(prepared: PreparedAudit, store: ValueStore, shards: Sequenc
     """For each stat task in ``shards``, its records (every record of its qids), one JSON line each
     with every field the statistics read, after a header line (version, shard, N, the collection's
     digest); gzip, written atomically. The context goes beside them once (:func:`write_context`)."""
-    write_context(store, prepared_context(prepared))
-    wanted = set(shards)
-    parts: dict[int, list[Record]] = {i: [] for i in shards}
-    for r in prepared.loaded.records:
-        if (i := query_shard(r.qid, store.shards)) in wanted:
-            parts[i].append(r)
+    if not context_written(store):  # the context is the costly part: built once per collection
+        write_context(store, prepared_context(prepared))
+    parts = _query_parts(prepared.loaded.records, store.shards, shards)
     paths = []
     for i in shards:
         head = {"version": VALUES_VERSION, "shard": i, "shards": store.shards, "digest": store.digest}
@@ -280,18 +283,21 @@ def write_stats_work(prepared: PreparedAudit, store: ValueStore, shards: Sequenc
     return paths
 
 
+def context_written(store: ValueStore) -> bool:
+    """Whether ``store``'s context files are there and read back whole, for its collection."""
+    try:
+        read_context(store.context(), store.digest)
+    except (OSError, ValueError, KeyError, EOFError):
+        return False
+    return True
+
+
 def write_context(store: ValueStore, context: AuditContext) -> Path:
     """The collection's :class:`~transferdx.auditing.core.AuditContext` as data: ψ's vocabulary (in
     its order), the IDF corpora's names and N, the background sample and the positives' owners in
     ``context-<digest>.json.gz``; each corpus's document frequencies in ``.npz`` beside (NumPy arrays,
-    read without pickle). Written once per collection (skipped when both files read back whole, for
-    this collection's digest)."""
+    read without pickle), both written atomically."""
     path, arrays = store.context(), store.context().with_suffix("").with_suffix(".npz")
-    try:
-        read_context(path, store.digest)
-        return path  # another run wrote it, and it reads back whole
-    except (OSError, ValueError, KeyError, EOFError):
-        pass  # missing or damaged: (re)written
     names = list(context.idf.corpora)
     buffer = io.BytesIO()
     np.savez(buffer, *[context.idf.corpora[name][0] for name in names])  # arr_0, arr_1, … in the names' order
@@ -344,16 +350,7 @@ def stats_from_work(path: str | Path, options: AuditOptions, encoder: EmbeddingC
     shard = int(head["shard"])
     if (done := store.done(shard)) is not None:
         return {**done, "reused": True}
-    context = read_context(store.context(), store.digest)
-    values = shard_values(
-        records,
-        make_tokenizer(options.tokenizer, **options.tokenizer_options),
-        context,
-        encoder=encoder if options.semantic is not None else None,
-        semantic=options.semantic or SemanticSettings(),
-        seed=options.seed,
-        kinds=dict(options.kinds),
-    )
+    values = _values_of(options, encoder, records, read_context(store.context(), store.digest))
     return {**store.write(shard, values, started), "reused": False}
 
 
