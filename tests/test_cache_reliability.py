@@ -12,6 +12,7 @@ import sys
 import textwrap
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -385,3 +386,51 @@ def test_kill_9_mid_run_keeps_flushed_chunks(tmp_path):
     resumed = make(tmp_path / "run", model)
     np.testing.assert_array_equal(resumed.embed(texts, "passage"), reference)
     assert 0 < model.encoded < len(texts)
+
+
+def test_a_request_indexes_its_own_keys_only(tmp_path, filled, monkeypatch):
+    """An embed call's index holds the keys of its request, not every key of the cache (a shard's
+    task on a cache of millions of texts would otherwise build a dict of all of them)."""
+    _, reference = filled
+    made: list[embed_module._Index] = []
+
+    class Recorded(embed_module._Index):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(embed_module, "_Index", Recorded)
+    fresh = make(tmp_path, FakeModel(fail_after=0))
+    np.testing.assert_array_equal(fresh.embed(TEXTS[3:6], "passage"), reference[3:6])
+    assert [sorted(i.rows) for i in made] == [sorted(text_key(t) for t in TEXTS[3:6])]
+
+
+def test_a_damaged_chunk_no_request_reads_is_left_until_read(tmp_path, filled):
+    """Indexing reads a chunk's keys, not its vectors: a chunk damaged inside its vectors is not
+    looked at by a request that needs none of its texts, and is caught, discarded and re-encoded by
+    the first request that reads it."""
+    cache, reference = filled
+    victim = chunks(cache)[0]
+    with np.load(victim, allow_pickle=False) as data:
+        inside = {bytes(k) for k in data["keys"]}
+    outside = [i for i, t in enumerate(TEXTS) if text_key(t) not in inside]
+    victim.write_bytes(bytes(flip_in_vectors(victim, 0x10)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CacheWarning)
+        fresh = make(tmp_path, FakeModel(fail_after=0))
+        np.testing.assert_array_equal(fresh.embed([TEXTS[i] for i in outside], "passage"), reference[outside])
+    assert victim.exists()
+    model = heal(tmp_path, victim, reference, "damaged")
+    assert model.encoded == len(inside)
+
+
+def test_wanted_keys_match_exactly_beyond_their_first_bytes():
+    """The bulk match of a request's keys against a chunk's: the rows whose whole key is wanted,
+    in order — keys sharing their first 8 bytes with a wanted one but not the rest do not match."""
+    rng = np.random.default_rng(3)
+    keys = rng.integers(0, 256, size=(200, 32), dtype=np.uint8)
+    keys[100:150, :8] = keys[:50, :8]  # 50 keys share a prefix with another, differ after it
+    picked = rng.choice(200, size=60, replace=False)
+    wanted = embed_module._Wanted(keys[i].tobytes() for i in picked)
+    assert wanted.rows(keys) == sorted(picked.tolist())
+    assert wanted.rows(keys[:0]) == [] and embed_module._Wanted([]).rows(keys) == []

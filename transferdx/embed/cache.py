@@ -24,7 +24,7 @@ import re
 import socket
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -140,12 +140,39 @@ class _Claim:
             return "another run"
 
 
+class _Wanted:
+    """A request's keys, matched against a chunk's keys in bulk: by their first 8 bytes (sorted,
+    searched), then exactly."""
+
+    def __init__(self, keys: Iterable[bytes]):
+        self.keys = frozenset(keys)
+        rows = np.frombuffer(b"".join(self.keys), dtype=np.uint8).reshape(len(self.keys), 32)
+        self.prefixes = np.sort(_prefixes(rows))
+
+    def rows(self, keys: np.ndarray) -> list[int]:
+        """The rows of ``keys`` (n × 32 uint8) that are wanted, in order."""
+        if not len(self.prefixes) or not len(keys):
+            return []
+        prefixes = _prefixes(keys)
+        at = np.minimum(np.searchsorted(self.prefixes, prefixes), len(self.prefixes) - 1)
+        near = np.flatnonzero(self.prefixes[at] == prefixes).tolist()
+        return [i for i in near if keys[i].tobytes() in self.keys]
+
+
+def _prefixes(keys: np.ndarray) -> np.ndarray:
+    """The first 8 bytes of each key (n × 32 uint8) as big-endian unsigned integers."""
+    return np.ascontiguousarray(keys[:, :8]).view(">u8").reshape(len(keys))
+
+
 @dataclass
 class _Index:
-    """Where each key's vector lies (chunk path, row), and the chunk names already looked at."""
+    """Where each key's vector lies (chunk path, row), and the chunk names already looked at.
+    ``wanted``: index only these keys (a request's: the index then grows with the request, not with
+    the cache); None: every key."""
 
     rows: dict[bytes, tuple[Path, int]] = field(default_factory=dict)
     seen: dict[str, int] = field(default_factory=dict)  # chunk name → inode looked at
+    wanted: _Wanted | None = None
 
     def drop(self, chunk: Path) -> None:
         self.rows = {k: v for k, v in self.rows.items() if v[0] != chunk}
@@ -223,7 +250,8 @@ class EmbeddingCache:
         self.encoder = Encoder(spec, self.cache_dir, model_factory)
         self.encoded_texts = 0  # texts encoded by this object (not served from disk)
         self.pooled_texts = 0  # of which encoded by the multi-process pool
-        self._verified: dict[Path, tuple[tuple[int, int, int], np.ndarray]] = {}  # chunk → (stat, keys)
+        # chunk → (stat, keys): the keys of each chunk looked at (its vectors are verified when read)
+        self._keys: dict[Path, tuple[tuple[int, int, int], np.ndarray]] = {}
 
     @classmethod
     def from_model(
@@ -309,7 +337,7 @@ class EmbeddingCache:
         _STORED[0] += len(keys)
         st = chunk.stat()
         digests = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), 32)
-        self._verified[chunk] = ((st.st_ino, st.st_size, st.st_mtime_ns), digests)
+        self._keys[chunk] = ((st.st_ino, st.st_size, st.st_mtime_ns), digests)
         return chunk
 
     def _load_chunk(self, path: Path) -> tuple[np.ndarray, np.ndarray, tuple[int, int, int]] | None:
@@ -341,7 +369,7 @@ class EmbeddingCache:
 
     def _discard(self, path: Path, inode: int | None, reason: str) -> None:
         """Move a damaged chunk into ``damaged/`` (unless another run already did) and warn."""
-        self._verified.pop(path, None)
+        self._keys.pop(path, None)
         target = path.parent / "damaged" / f"{path.name}.{os.getpid()}-{time.time_ns()}"
         try:
             if inode is not None and os.stat(path).st_ino != inode:
@@ -380,17 +408,42 @@ class EmbeddingCache:
                 st = path.stat()
             except FileNotFoundError:
                 continue
-            known = self._verified.get(path)
+            known = self._keys.get(path)
             if known is not None and known[0] == (st.st_ino, st.st_size, st.st_mtime_ns):
                 keys = known[1]
             else:
-                loaded = self._load_chunk(path)
-                if loaded is None:
+                read = self._read_keys(path)
+                if read is None:
                     continue
-                keys = loaded[0]
-                self._verified[path] = (loaded[2], keys)
-            for row, key in enumerate(keys):
-                index.rows.setdefault(key.tobytes(), (path, row))
+                keys = read[0]
+                self._keys[path] = (read[1], keys)
+            rows = range(len(keys)) if index.wanted is None else index.wanted.rows(keys)
+            for row in rows:
+                index.rows.setdefault(keys[row].tobytes(), (path, row))
+
+    def _read_keys(self, path: Path) -> tuple[np.ndarray, tuple[int, int, int]] | None:
+        """(keys, stat) of a chunk, its ``keys`` member read alone: indexing reads 32 bytes a text,
+        not its vector. The chunk's content is verified when its vectors are read (:meth:`_gather`),
+        so unverified vectors are still never used. A chunk with no digest in its name, or whose keys
+        cannot be read, is discarded as :meth:`_load_chunk` discards it (None then, and when the file
+        has vanished)."""
+        keys = None
+        if CHUNK_NAME.fullmatch(path.name) is not None:
+            try:
+                with open(path, "rb") as handle:
+                    st = os.fstat(handle.fileno())
+                    archive = np.load(handle, allow_pickle=False)
+                    if isinstance(archive, np.lib.npyio.NpzFile):
+                        with archive:
+                            keys = archive["keys"]
+            except FileNotFoundError:
+                return None
+            except Exception:  # zipfile, numpy and zlib raise many kinds: _load_chunk names it
+                keys = None
+        if keys is None or keys.dtype != np.uint8 or keys.ndim != 2 or keys.shape[1] != 32:
+            loaded = self._load_chunk(path)  # discards it (with the reason) unless it reads whole
+            return None if loaded is None else (loaded[0], loaded[2])
+        return keys, (st.st_ino, st.st_size, st.st_mtime_ns)
 
     @staticmethod
     def _sweep(folder: Path) -> None:
@@ -410,12 +463,6 @@ class EmbeddingCache:
             except OSError:
                 continue
 
-    def _read_index(self, folder: Path) -> dict[bytes, tuple[Path, int]]:
-        """key → (chunk, row) over the folder's verified chunks."""
-        index = _Index()
-        self._refresh(folder, index)
-        return index.rows
-
     # -- embedding ------------------------------------------------------------------------------
     def embed(self, texts: Sequence[str], role: str) -> np.ndarray:
         """Unit-normalised embeddings (n × d, float32) of ``texts`` in order, encoding only the
@@ -431,7 +478,7 @@ class EmbeddingCache:
         for key, text in zip(keys, texts, strict=True):
             first.setdefault(key, text)
         self._sweep(folder)
-        index = _Index()
+        index = _Index(wanted=_Wanted(first))
         for _attempt in range(5):
             self._refresh(folder, index)
             self._fill(folder, first, index, prompt, role)
@@ -450,6 +497,8 @@ class EmbeddingCache:
 
     def _fill(self, folder: Path, first: dict[bytes, str], index: _Index, prompt: str, role: str) -> None:
         """Encode the texts of ``first`` missing from ``index``, unit by unit, each under a claim."""
+        if all(k in index.rows for k in first):  # all cached: no need to order them into units
+            return
         units = [u for u in self._units(first) if any(k not in index.rows for k in u)]
         if not units:
             return
@@ -617,7 +666,7 @@ class EmbeddingCache:
             dst, src = np.array(pairs).T
             expected = np.frombuffer(b"".join(keys[i] for i in dst), dtype=np.uint8).reshape(len(dst), 32)
             if loaded is None or not np.array_equal(loaded[0][src], expected):
-                self._verified.pop(chunk, None)
+                self._keys.pop(chunk, None)
                 index.drop(chunk)
                 return None
             vectors = loaded[1]
