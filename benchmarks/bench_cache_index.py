@@ -70,7 +70,6 @@ def whole_index_cache() -> type:
 
     class WholeIndex(EmbeddingCache):
         def _refresh(self, folder: Path, index) -> None:
-            index.wanted = None  # every key of the cache
             with os.scandir(folder) as found:
                 entries = [(e.name, e.inode()) for e in found if e.name.startswith("chunk-")]
             for name, inode in sorted(entries):
@@ -88,7 +87,7 @@ def whole_index_cache() -> type:
                         continue
                     keys = loaded[0]
                     self._keys[path] = (loaded[2], keys)
-                for row, key in enumerate(keys):
+                for row, key in enumerate(keys):  # every key of the cache
                     index.rows.setdefault(key.tobytes(), (path, row))
 
         def _fill(self, folder, first, index, prompt, role) -> None:

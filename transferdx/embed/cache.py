@@ -166,13 +166,12 @@ def _prefixes(keys: np.ndarray) -> np.ndarray:
 
 @dataclass
 class _Index:
-    """Where each key's vector lies (chunk path, row), and the chunk names already looked at.
-    ``wanted``: index only these keys (a request's: the index then grows with the request, not with
-    the cache); None: every key."""
+    """Where each key of a request (``wanted``) lies (chunk path, row), and the chunk names already
+    looked at: the index grows with the request, not with the cache."""
 
+    wanted: _Wanted
     rows: dict[bytes, tuple[Path, int]] = field(default_factory=dict)
     seen: dict[str, int] = field(default_factory=dict)  # chunk name → inode looked at
-    wanted: _Wanted | None = None
 
     def drop(self, chunk: Path) -> None:
         self.rows = {k: v for k, v in self.rows.items() if v[0] != chunk}
@@ -417,8 +416,7 @@ class EmbeddingCache:
                     continue
                 keys = read[0]
                 self._keys[path] = (read[1], keys)
-            rows = range(len(keys)) if index.wanted is None else index.wanted.rows(keys)
-            for row in rows:
+            for row in index.wanted.rows(keys):
                 index.rows.setdefault(keys[row].tobytes(), (path, row))
 
     def _read_keys(self, path: Path) -> tuple[np.ndarray, tuple[int, int, int]] | None:
@@ -478,7 +476,7 @@ class EmbeddingCache:
         for key, text in zip(keys, texts, strict=True):
             first.setdefault(key, text)
         self._sweep(folder)
-        index = _Index(wanted=_Wanted(first))
+        index = _Index(_Wanted(first))
         for _attempt in range(5):
             self._refresh(folder, index)
             self._fill(folder, first, index, prompt, role)
