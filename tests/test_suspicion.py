@@ -40,6 +40,7 @@ from transferdx.diagnostics.suspicion import (
     positive_aware,
     record_counts,
     suspect_negatives,
+    suspect_order,
 )
 from transferdx.diagnostics.tokens import alnum
 from transferdx.inputs.records import LoadResult, Passage, Record
@@ -286,6 +287,27 @@ def test_fn_suspect_high_envelope_strict_and_fixed_mode():
 # ---------------------------------------------------------------------------------------------
 # suspects.csv and report.md
 # ---------------------------------------------------------------------------------------------
+
+
+def test_suspect_order_is_the_sorted_tuples_order():
+    """The array sort equals Python's stable sort of (NaN?, −p, NaN?, −score, source, qid, neg_index)
+    on draws with ties, NaNs, −0.0 against 0.0, and strings whose order by code point differs from a
+    case-folded or numeric one. Kills: a key dropped or its direction flipped, NaN first, strings
+    ranked by anything but Python's comparison, an unstable tie-break."""
+    rng = np.random.default_rng(7)
+    for n in (0, 1, 7, 400):
+        prob = rng.choice([0.9, 0.5, 0.0, -0.0, np.nan], size=n)
+        score = rng.choice([0.1, 0.0, -0.0, -0.2, np.nan], size=n)
+        sources = rng.choice(["b", "B", "a", "ä", "a10", "a9"], size=n).tolist()
+        qids = rng.choice(["q1", "q10", "q2", "Q", "é"], size=n).tolist()
+        neg_index = rng.integers(0, 3, size=n)
+        keys = [
+            (np.isnan(p), 0.0 if np.isnan(p) else -p, np.isnan(c), 0.0 if np.isnan(c) else -c, s, q, int(k))
+            for p, c, s, q, k in zip(prob, score, sources, qids, neg_index, strict=True)
+        ]
+        want = sorted(range(n), key=keys.__getitem__)
+        got = suspect_order(prob, score, sources, qids, neg_index)
+        assert got.dtype == np.int64 and got.tolist() == want
 
 
 def test_suspects_csv_order_content_and_bytes(tmp_path):

@@ -37,6 +37,7 @@ from transferdx.diagnostics.suspicion import (
     probabilities,
     record_counts,
     suspect_negatives,
+    suspect_order,
     suspicion_score,
 )
 from transferdx.diagnostics.tokens import Tokenizer
@@ -552,6 +553,13 @@ def judged_evaluation(
     return {"status": "measured", **result}
 
 
+def _held(texts: list[str]) -> pd.Series:
+    """A column of the records' own text objects (object dtype): pandas ≥ 3 would copy each text
+    into a new string array (about 1 kB a suspect measured at 2·10⁵ negatives; the suspects table was
+    the audit's largest holder after the values)."""
+    return pd.Series(texts, dtype=object)
+
+
 def _suspicion(
     records: Sequence[Record],
     negatives: pd.DataFrame,
@@ -594,18 +602,8 @@ def _suspicion(
     score = suspicion_score(s_qp[rows], s_qn[rows], s.alpha) if scored else nan[rows]
     neg_index = negatives["neg_index"].to_numpy()[rows].astype(np.int64)
     recs = [records[i] for i in owner[rows]]
-    keys = zip(
-        np.isnan(prob).tolist(),
-        np.where(np.isnan(prob), 0.0, -prob).tolist(),
-        np.isnan(score).tolist(),
-        np.where(np.isnan(score), 0.0, -score).tolist(),
-        [r.source for r in recs],
-        [r.qid for r in recs],
-        neg_index.tolist(),
-        strict=True,
-    )
-    # sorted before the table is built, so that its texts are copied once (not once more by a reorder)
-    order = np.asarray(sorted(range(len(rows)), key=list(keys).__getitem__), dtype=np.int64)
+    # sorted before the table is built (each column gathered once, the table never reordered)
+    order = suspect_order(prob, score, [r.source for r in recs], [r.qid for r in recs], neg_index)
     rows, prob, score, neg_index = rows[order], prob[order], score[order], neg_index[order]
     recs = [recs[i] for i in order]
     suspects = pd.DataFrame(
@@ -615,9 +613,9 @@ def _suspicion(
             "qid": [r.qid for r in recs],
             "neg_index": neg_index,
             "neg_id": [r.negatives[int(k)].id for r, k in zip(recs, neg_index, strict=True)],
-            "query": [r.query for r in recs],
-            "positive": [r.positives[0].text for r in recs],
-            "negative": [r.negatives[int(k)].text for r, k in zip(recs, neg_index, strict=True)],
+            "query": _held([r.query for r in recs]),
+            "positive": _held([r.positives[0].text for r in recs]),
+            "negative": _held([r.negatives[int(k)].text for r, k in zip(recs, neg_index, strict=True)]),
             "s_qp": s_qp[rows],
             "s_qn": s_qn[rows],
             "s_pn": s_pn[rows],

@@ -122,6 +122,27 @@ def duplicate_negative(keys: Sequence[str], owner: np.ndarray) -> np.ndarray:
     return out
 
 
+def _descending(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(NaN?, −value with NaN as 0): two sort keys putting ``values`` in descending order, NaN last."""
+    values = np.asarray(values, dtype=np.float64)
+    missing = np.isnan(values)
+    return missing, np.where(missing, 0.0, -values)
+
+
+def suspect_order(
+    probability: np.ndarray, score: np.ndarray, sources: Sequence[str], qids: Sequence[str], neg_index: np.ndarray
+) -> np.ndarray:
+    """The suspects table's order, as row positions (a permutation of 0 … n−1): ``fn_probability``
+    descending (NaN last), then :func:`suspicion_score` descending (NaN last), then source, qid and
+    neg_index ascending, ties in their given order — Python's stable ``sorted`` of those tuples
+    (strings by code point), done on arrays (the strings ranked once each) so that millions of
+    suspects cost no tuple each."""
+    ranks = [np.unique(np.asarray(col, dtype=object), return_inverse=True)[1].reshape(-1) for col in (sources, qids)]
+    n = len(ranks[0])
+    keys = (np.arange(n), np.asarray(neg_index, dtype=np.int64), ranks[1], ranks[0])
+    return np.lexsort((*keys, *_descending(score)[::-1], *_descending(probability)[::-1])).astype(np.int64)
+
+
 def suspicion_score(s_qp: np.ndarray, s_qn: np.ndarray, alpha: float = 0.95) -> np.ndarray:
     """s(q,n) − α·s(q,p): how far past the ``positive_aware`` bar a negative sits (suspects.csv is
     sorted by it, most suspicious first)."""
