@@ -23,10 +23,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_cache_index import reset_peak, status_mb
 
 # (module, class or "", function): what the reduce calls, wrapped where the checkout has it
 STEPS = (
@@ -42,42 +44,25 @@ STEPS = (
 COMPARED = ("profile.csv", "records.csv", "negatives.csv", "suspects.csv", "control_suspects.csv", "report.md")
 
 
-def _status() -> dict[str, float]:
-    """VmRSS and VmHWM of this process, in MB."""
-    out = {}
-    with open("/proc/self/status", encoding="ascii") as status:
-        for line in status:
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                out[key] = int(value.split()[0]) / 1024
+def _measured(label: str, call: Callable[[], Any], rows: list[dict[str, Any]]) -> Any:
+    """``call()``, with a row in ``rows``: the resident set before it, at its peak and after it (MB)
+    and its wall seconds."""
+    before = status_mb("VmRSS")
+    reset_peak()
+    started = time.perf_counter()
+    out = call()
+    row = {"before_mb": before, "peak_mb": status_mb("VmHWM"), "after_mb": status_mb("VmRSS")}
+    rows.append({"step": label, **row, "s": time.perf_counter() - started})
     return out
 
 
-def _reset_peak() -> None:
-    with open("/proc/self/clear_refs", "w", encoding="ascii") as handle:
-        handle.write("5")
-
-
 def _wrap(owner: Any, name: str, rows: list[dict[str, Any]]) -> None:
+    """Replace ``owner.name`` by itself under :func:`_measured`."""
     inner = getattr(owner, name)
 
     @functools.wraps(inner)
     def step(*args: Any, **kwargs: Any) -> Any:
-        before = _status()["VmRSS"]
-        _reset_peak()
-        started = time.perf_counter()
-        out = inner(*args, **kwargs)
-        now = _status()
-        rows.append(
-            {
-                "step": name,
-                "before_mb": before,
-                "peak_mb": now["VmHWM"],
-                "after_mb": now["VmRSS"],
-                "s": time.perf_counter() - started,
-            }
-        )
-        return out
+        return _measured(name, lambda: inner(*args, **kwargs), rows)
 
     setattr(owner, name, step)
 
@@ -91,7 +76,7 @@ def reduce_child(folder: str, shards: int, label: str) -> None:
     import bench_scale
 
     rows: list[dict[str, Any]] = []
-    imported = _status()["VmRSS"]
+    imported = status_mb("VmRSS")
     import transferdx  # noqa: F401  (imports before the first step)
     from transferdx.auditing.core import SemanticSettings
     from transferdx.diagnostics.composite import CompositeSettings
@@ -109,13 +94,9 @@ def reduce_child(folder: str, shards: int, label: str) -> None:
     cache = Path(folder) / "cache-sharded"
     encoder = EmbeddingCache(spec, cache, progress=False, model_factory=lambda _l, _s: model)
     semantic = SemanticSettings(composite=dataclasses.replace(CompositeSettings(), resamples=0))
-    imports = _status()["VmRSS"]
-    _reset_peak()
-    started = time.perf_counter()
-    prepared = prepare_audit(folder, encoder=encoder, controls="none", semantic=semantic)
-    now = _status()
-    loaded = {"before_mb": imports, "peak_mb": now["VmHWM"], "after_mb": now["VmRSS"]}
-    rows.insert(0, {"step": "prepare_audit (the input)", **loaded, "s": time.perf_counter() - started})
+    imports = status_mb("VmRSS")
+    load = functools.partial(prepare_audit, folder, encoder=encoder, controls="none", semantic=semantic)
+    prepared = _measured("prepare_audit (the input)", load, rows)
     result = run_stage(prepared, ShardSettings(shards=shards, stage="reduce", cache_dir=cache))
     result.save(Path(folder) / f"out-{label}")
     print(json.dumps({"python_start_mb": imported, "imports_mb": imports, "steps": rows}))

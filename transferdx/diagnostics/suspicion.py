@@ -138,8 +138,7 @@ def suspect_order(
     (strings by code point), done on arrays (the strings ranked once each) so that millions of
     suspects cost no tuple each."""
     ranks = [np.unique(np.asarray(col, dtype=object), return_inverse=True)[1].reshape(-1) for col in (sources, qids)]
-    n = len(ranks[0])
-    keys = (np.arange(n), np.asarray(neg_index, dtype=np.int64), ranks[1], ranks[0])
+    keys = (np.asarray(neg_index, dtype=np.int64), ranks[1], ranks[0])  # np.lexsort is stable: ties keep their order
     return np.lexsort((*keys, *_descending(score)[::-1], *_descending(probability)[::-1])).astype(np.int64)
 
 
