@@ -52,7 +52,9 @@ def _measured(label: str, call: Callable[[], Any], rows: list[dict[str, Any]]) -
     started = time.perf_counter()
     out = call()
     row = {"before_mb": before, "peak_mb": status_mb("VmHWM"), "after_mb": status_mb("VmRSS")}
-    rows.append({"step": label, **row, "s": time.perf_counter() - started})
+    calls = sum(1 for r in rows if r["step"].split(" (call ")[0] == label)
+    step = label if not calls else f"{label} (call {calls + 1})"  # a step the reduce runs again
+    rows.append({"step": step, **row, "s": time.perf_counter() - started})
     return out
 
 

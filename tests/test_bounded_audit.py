@@ -20,7 +20,14 @@ from transferdx.diagnostics.semantic import in_batch_scores, record_scores
 from transferdx.diagnostics.tokens import alnum
 from transferdx.embed import EmbeddingCache, EncoderSpec
 from transferdx.inputs.trec_dl import load_trec_dl
-from transferdx.resampling import resample_counts
+from transferdx.resampling import (
+    RESAMPLE_CHUNK,
+    RESAMPLE_ELEMENTS,
+    draw_indices,
+    resample_chunk,
+    resample_counts,
+    resample_indices,
+)
 
 
 def unit_rows(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
@@ -104,6 +111,29 @@ def test_in_batch_scores_on_gathers(gathered):
     a = in_batch_scores(q[qi], p[pi], 8, order)
     b = in_batch_scores(IndexedRows(q, qi), IndexedRows(p, pi), 8, order)
     assert all(x.tobytes() == y.tobytes() for x, y in zip(a, b, strict=True))
+
+
+@pytest.mark.parametrize("n", [1, 7, 1000, RESAMPLE_ELEMENTS // 150, RESAMPLE_ELEMENTS + 3])
+def test_resample_chunks_are_bounded_and_draw_the_same_resamples(n):
+    """A chunk of resamples over n units holds at most RESAMPLE_ELEMENTS elements (one resample when
+    even one is larger), 200 resamples at most; whatever the chunk, the resamples are rows of one
+    ``draw_indices`` call (the same stream), and each row of counts is the bincount of its row of
+    indices, summing to n. Kills: chunks of a fixed 200 over a large n (unbounded memory), a chunk
+    that draws a fresh stream, counts taken over the whole chunk instead of row by row."""
+    step = resample_chunk(n)
+    assert 1 <= step <= RESAMPLE_CHUNK
+    assert step == 1 or step * n <= RESAMPLE_ELEMENTS
+    assert step == RESAMPLE_CHUNK or (step + 1) * n > RESAMPLE_ELEMENTS
+    resamples = min(2 * step + 1, 9) if n > 1000 else 401
+    whole = draw_indices(n, np.random.default_rng(3), resamples)
+    chunks = list(resample_indices(n, np.random.default_rng(3), resamples))
+    assert [len(c) for c in chunks[:-1]] == [step] * (len(chunks) - 1)
+    np.testing.assert_array_equal(np.concatenate(chunks), whole)
+    counts = np.concatenate(list(resample_counts(n, np.random.default_rng(3), resamples)))
+    assert counts.dtype == np.float64 and counts.shape == (resamples, n)
+    for b in range(0, resamples, max(1, resamples // 5)):
+        np.testing.assert_array_equal(counts[b], np.bincount(whole[b], minlength=n))
+    np.testing.assert_array_equal(counts.sum(axis=1), np.full(resamples, float(n)))
 
 
 def test_csv_written_in_row_chunks_is_csv_text(tmp_path):

@@ -34,7 +34,10 @@ from typing import TypeVar
 
 import numpy as np
 
-RESAMPLE_CHUNK = 200  # resamples drawn per call by resample_indices / resample_counts
+RESAMPLE_CHUNK = 200  # resamples drawn per call by resample_indices / resample_counts, at most
+# (resamples × units) elements a chunk may hold: 2²² (32 MiB as int64 or float64), so a bootstrap over
+# many units (a source of 10⁵ records) draws fewer resamples at a time instead of more memory
+RESAMPLE_ELEMENTS = 2**22
 
 Draw = TypeVar("Draw")
 
@@ -88,25 +91,34 @@ def draw_indices(n: int, rng: np.random.Generator, resamples: int) -> np.ndarray
     return rng.integers(0, n, size=(resamples, n))
 
 
+def resample_chunk(n: int) -> int:
+    """Resamples per chunk over ``n`` units: :data:`RESAMPLE_CHUNK`, fewer when a chunk would hold more
+    than :data:`RESAMPLE_ELEMENTS` elements — ``max(1, min(200, 2²² // n))``, in [1, 200]. The draws do
+    not depend on it (``rng.integers`` fills its output in order, so chunks of any size are the same
+    stream); a statistic computed by BLAS on a chunk may differ in the last bit with its row count."""
+    return max(1, min(RESAMPLE_CHUNK, RESAMPLE_ELEMENTS // max(n, 1)))
+
+
 def resample_indices(
-    n: int, rng: np.random.Generator, resamples: int, chunk: int = RESAMPLE_CHUNK
+    n: int, rng: np.random.Generator, resamples: int, chunk: int | None = None
 ) -> Iterator[np.ndarray]:
     """Yield (B_chunk × n) matrices of the record indices of each bootstrap resample, drawn as
     ``rng.integers(0, n, (B_chunk, n))``, the same stream as ``scipy.stats.bootstrap`` draws for one
-    sample."""
-    for start in range(0, resamples, chunk):
-        yield draw_indices(n, rng, min(chunk, resamples - start))
+    sample; B_chunk = ``chunk`` (default :func:`resample_chunk` of n), the last chunk the rest."""
+    step = resample_chunk(n) if chunk is None else chunk
+    for start in range(0, resamples, step):
+        yield draw_indices(n, rng, min(step, resamples - start))
 
 
-def resample_counts(
-    n: int, rng: np.random.Generator, resamples: int, chunk: int = RESAMPLE_CHUNK
-) -> Iterator[np.ndarray]:
+def resample_counts(n: int, rng: np.random.Generator, resamples: int, chunk: int | None = None) -> Iterator[np.ndarray]:
     """Yield (B_chunk × n) float64 matrices of how often each record appears in each bootstrap
-    resample (the counts of :func:`resample_indices`; each row sums to n)."""
+    resample (the counts of :func:`resample_indices`; each row sums to n). A chunk holds its indices
+    and its counts, one row counted at a time."""
     for idx in resample_indices(n, rng, resamples, chunk):
-        rows = len(idx)
-        flat = (idx + (np.arange(rows)[:, None] * n)).ravel()
-        yield np.bincount(flat, minlength=rows * n).reshape(rows, n).astype(np.float64)
+        counts = np.empty(idx.shape, dtype=np.float64)
+        for b, row in enumerate(idx):
+            counts[b] = np.bincount(row, minlength=n)
+        yield counts
 
 
 @dataclass(frozen=True)

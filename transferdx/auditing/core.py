@@ -357,14 +357,47 @@ class Pooling:
     settings: Mapping[str, Any] | None = None
 
 
-def audit_values(loaded: LoadResult, values: ShardValues, pooling: Pooling = Pooling()) -> AuditResult:
+# the values the composites read (:func:`source_composites`), so a reduce can read only these
+# columns of the shards' values before it reads every one (``s_qn``: present in a semantic audit)
+COMPOSITE_COLUMNS = {
+    "negatives": ("source", "qid", "psi", "rho", "eta", "s_qn"),
+    "records": ("source", "qid", "n_negatives"),
+}
+
+
+def audit_values(
+    loaded: LoadResult,
+    values: ShardValues,
+    pooling: Pooling = Pooling(),
+    composites: Mapping[str, Mapping[str, Any]] | None = None,
+) -> AuditResult:
     """The audit of ``loaded`` from its per-row values — the query shards' :func:`shard_values` put
     together by :func:`merge_values` — and the pooled steps: the same result as :func:`audit_records`
     on those records with the same settings, bit for bit (tests: DL19 in 1–4 query shards). The
     composite reads each source's vectors from ``pooling.encoder``'s cache, one source at a time
-    (:func:`source_composites`), so the whole collection's vectors are never held at once.
+    (:func:`source_composites`), so the whole collection's vectors are never held at once;
+    ``composites``: :func:`values_composites` computed before (e.g. on the values' composite columns
+    alone), so that the vectors and every value are never held together.
     Raises ValueError when ``values`` are not those of ``loaded``'s records (another input, a shard
     missing)."""
+    records = _checked_records(loaded, values, pooling)
+    if composites is None:
+        extra = _source_composites(records, values, pooling)
+    else:
+        extra = {name: dict(row) for name, row in composites.items()}
+    return _pooled(loaded, records, values, extra, pooling)
+
+
+def values_composites(
+    loaded: LoadResult, values: ShardValues, pooling: Pooling = Pooling()
+) -> dict[str, dict[str, Any]]:
+    """The composites :func:`audit_values` computes for ``loaded`` from ``values``, which need only
+    :data:`COMPOSITE_COLUMNS` (empty for a lexical audit or without ``pooling.encoder``)."""
+    return _source_composites(_checked_records(loaded, values, pooling), values, pooling)
+
+
+def _checked_records(loaded: LoadResult, values: ShardValues, pooling: Pooling) -> list[Record]:
+    """``loaded``'s records in the audit's order, after checking that ``values`` are their rows."""
     records = _sorted_records(loaded.records, pooling.kinds)
     got = values.records
     if len(got) != len(records) or len(values.negatives) != sum(len(r.negatives) for r in records):
@@ -375,10 +408,14 @@ def audit_values(loaded: LoadResult, values: ShardValues, pooling: Pooling = Poo
     same = np.array_equal(got["qid"].to_numpy(str), np.array([r.qid for r in records], dtype=str))
     if not same or not np.array_equal(got["source"].to_numpy(str), np.array([r.source for r in records], dtype=str)):
         raise ValueError("the values' (source, qid) rows are not the input's records: they are another input's")
-    extra: dict[str, dict[str, Any]] = {}
+    return records
+
+
+def _source_composites(records: Sequence[Record], values: ShardValues, pooling: Pooling) -> dict[str, dict[str, Any]]:
+    """:func:`source_composites` when the audit is semantic (an encoder, s(q,n) among the values)."""
     if pooling.encoder is not None and "s_qn" in values.negatives:
-        extra = source_composites(records, values, pooling)
-    return _pooled(loaded, records, values, extra, pooling)
+        return source_composites(records, values, pooling)
+    return {}
 
 
 def source_vectors(records: Sequence[Record], encoder: EmbeddingCache) -> Vectors:

@@ -43,7 +43,7 @@ class InputError(ValueError):
         super().__init__(f"{where}: field '{field}': {message}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Exclusion:
     """One input item left out of the output, with where it came from and why (:attr:`merged`: an
     expected one, the same negative on another row of its query, kept once)."""
@@ -66,7 +66,7 @@ class Exclusion:
         return self.unit == "negative" and self.reason.startswith(MERGED_NEGATIVE)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Passage:
     """A passage attached to a record. ``rank``/``judgment`` are kept when the input has them;
     ``score`` is the miner's similarity score when the input carries one (e.g. sentence-transformers
@@ -84,7 +84,7 @@ class Passage:
         return {k: v for k, v in asdict(self).items() if v is not None or k in ("method", "relation")}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Record:
     """One query of one source: ``positives[0]`` is the reference positive p0."""
 

@@ -6,7 +6,7 @@ with nothing to audit is an error (:func:`no_records_message`, :func:`require_re
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -151,11 +151,14 @@ def audit_prepared(prepared: PreparedAudit) -> Audit:
     return _audit(prepared, result)
 
 
-def audit_prepared_values(prepared: PreparedAudit, values: ShardValues) -> Audit:
+def audit_prepared_values(
+    prepared: PreparedAudit, values: ShardValues, composites: Mapping[str, Mapping[str, Any]] | None = None
+) -> Audit:
     """The audit of a :class:`PreparedAudit` from its per-row values (query shards' values merged:
     :func:`~transferdx.auditing.core.merge_values`) — :func:`audit_prepared`'s result, bit for bit,
-    without recomputing them (:func:`~transferdx.auditing.core.audit_values`)."""
-    return _audit(prepared, audit_values(prepared.loaded, values, pooling(prepared)))
+    without recomputing them (:func:`~transferdx.auditing.core.audit_values`; ``composites``: its
+    :func:`~transferdx.auditing.core.values_composites` when computed before)."""
+    return _audit(prepared, audit_values(prepared.loaded, values, pooling(prepared), composites))
 
 
 def _audit(prepared: PreparedAudit, result: AuditResult) -> Audit:

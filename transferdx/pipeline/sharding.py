@@ -46,10 +46,16 @@ from pathlib import Path
 from typing import Any
 
 from transferdx.artifacts import atomic_write_bytes, atomic_write_text, canonical_json, content_hash
-from transferdx.auditing.core import background_texts, merge_values
+from transferdx.auditing.core import COMPOSITE_COLUMNS, background_texts, merge_values, values_composites
 from transferdx.auditing.result import Audit
 from transferdx.embed.cache import EmbeddingCache, text_key
-from transferdx.pipeline.auditing import PreparedAudit, audit_prepared, audit_prepared_values, prepare_audit
+from transferdx.pipeline.auditing import (
+    PreparedAudit,
+    audit_prepared,
+    audit_prepared_values,
+    pooling,
+    prepare_audit,
+)
 from transferdx.pipeline.encoders import EncoderLike
 from transferdx.pipeline.partition import shard_of as shard_of  # re-exported: the maps' partition
 from transferdx.pipeline.partition import shard_of_key
@@ -318,7 +324,12 @@ def reduce_shards(
                 f"{','.join(map(str, still[:20]))}; rerun audit.stage=all or audit.stage=reduce"
             )
     stats_seconds = round(time.perf_counter() - started, 3)
-    result = audit_prepared_values(prepared, merge_values(read_values(store)))
+    # the composites first, from their columns alone, so that a source's vectors are never held
+    # beside every value; then every value, merged once
+    composites = values_composites(
+        prepared.loaded, merge_values(store.read(i, COMPOSITE_COLUMNS) for i in range(store.shards)), pooling(prepared)
+    )
+    result = audit_prepared_values(prepared, merge_values(read_values(store)), composites)
     summary = {
         "shards": plan.shards,
         "reduce_encoded_texts": (cache.encoded_texts - before) if cache is not None else 0,

@@ -36,12 +36,13 @@ import json
 import os
 import resource
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 
 from transferdx.artifacts import (
     atomic_file,
@@ -158,18 +159,22 @@ class ValueStore:
         atomic_write_text(self.marker(shard), canonical_json(record))
         return record
 
-    def read(self, shard: int) -> ShardValues:
-        """Shard ``shard``'s values as :meth:`write` wrote them (no pickle: Parquet and plain arrays)."""
+    def read(self, shard: int, columns: Mapping[str, Sequence[str]] | None = None) -> ShardValues:
+        """Shard ``shard``'s values as :meth:`write` wrote them (no pickle: Parquet and plain arrays);
+        ``columns``: only these columns of ``"negatives"`` and ``"records"``, those the files have
+        (e.g. :data:`~transferdx.auditing.core.COMPOSITE_COLUMNS`), in the files' order."""
         folder = self.values(shard)
         with np.load(io.BytesIO((folder / "arrays.npz").read_bytes()), allow_pickle=False) as arrays:
             probability = arrays["probability"] if "probability" in arrays.files else None
             other = arrays["other_positive"]
-        return ShardValues(
-            pd.read_parquet(folder / "negatives.parquet"),
-            pd.read_parquet(folder / "records.parquet"),
-            probability,
-            other,
-        )
+        frames = []
+        for table in ("negatives", "records"):
+            path = folder / f"{table}.parquet"
+            wanted = None
+            if columns is not None:
+                wanted = [c for c in pq.read_schema(path).names if c in set(columns[table])]
+            frames.append(pd.read_parquet(path, columns=wanted))
+        return ShardValues(frames[0], frames[1], probability, other)
 
 
 def value_store(prepared: PreparedAudit, folder: Path, shards: int) -> ValueStore:
