@@ -276,3 +276,40 @@ def test_launched_stat_tasks_read_their_records_and_the_context_not_the_input(tm
     tdx.audit(records, **kw).save(tmp_path / "one")
     same_bytes(tmp_path / "one", tmp_path / "sharded")
     assert tdx.pipeline.run_shard_work(paths[1], prepared.options, prepared.encoder)["reused"] is True
+
+
+def test_the_reduce_computes_the_composites_from_their_columns_alone(tmp_path, monkeypatch):
+    """The reduce reads each shard's values twice: first only ``COMPOSITE_COLUMNS`` (the composites,
+    with a source's vectors), then every column. The composites from those columns alone are the
+    ones the whole values give, and the sharded profile is the one-process profile over the same
+    cache. Kills: a composite that reads a column the projection drops (KeyError), the projection
+    keeping every column (the vectors would sit beside every value again), composites computed from
+    the columns in another row order."""
+    from transferdx.auditing.core import COMPOSITE_COLUMNS, merge_values, values_composites
+    from transferdx.pipeline.auditing import pooling
+    from transferdx.pipeline.stat_tasks import ValueStore
+
+    kw = {"encoder": "static_minilm", "resamples": 30, "controls": "none", "cache_dir": tmp_path}
+    reads: list[tuple[int, tuple[str, ...] | None]] = []
+    inner = ValueStore.read
+
+    def read(self, shard, columns=None):
+        got = inner(self, shard, columns)
+        reads.append((shard, None if columns is None else tuple(got.negatives.columns)))
+        return got
+
+    monkeypatch.setattr(ValueStore, "read", read)
+    sharded = audit_sharded("demo", shards=3, **kw)
+    thin = [cols for _, cols in reads if cols is not None]
+    assert [s for s, _ in reads] == [0, 1, 2, 0, 1, 2] and len(thin) == 3
+    assert all(set(cols) == set(COMPOSITE_COLUMNS["negatives"]) for cols in thin)
+    prepared = tdx.pipeline.prepare_audit("demo", **kw)
+    store = shard_plan(prepared, 3, tmp_path).store(prepared)
+    whole = merge_values(inner(store, i) for i in range(3))
+    alone = merge_values(inner(store, i, COMPOSITE_COLUMNS) for i in range(3))
+    assert len(alone.negatives.columns) < len(whole.negatives.columns)
+    got = values_composites(prepared.loaded, alone, pooling(prepared))
+    assert got and got == values_composites(prepared.loaded, whole, pooling(prepared))
+    assert all(row["composite_logdet"] > 0 for row in got.values())
+    one = tdx.pipeline.audit_prepared(prepared)
+    pd.testing.assert_frame_equal(one.profile, sharded.profile)
