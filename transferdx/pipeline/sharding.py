@@ -299,7 +299,8 @@ def reduce_shards(
     """The reduce: every map's marker must match its share of the texts (else
     :class:`ShardsIncomplete` naming the missing ones and how to run them); then the stat tasks
     still missing (:mod:`transferdx.pipeline.stat_tasks`; through ``run_stats``, default this
-    process), and the audit from their values: merged in the audit's order, each source pooled
+    process), each source's composite from the values' composite columns alone (its vectors read
+    back one source at a time), and the audit from every value: merged in the audit's order, pooled
     (:func:`~transferdx.pipeline.auditing.audit_prepared_values`) — the one-process audit's bytes.
     ``digests``: :func:`shard_digests` when the caller has them (the texts are hashed once).
     A summary (``reduce.json``: shards, texts the reduce encoded, seconds, peak memory) is written
