@@ -328,7 +328,7 @@ def reduce_shards(
     # the composites first, from their columns alone, so that a source's vectors are never held
     # beside every value; then every value, merged once
     composites = values_composites(
-        prepared.loaded, merge_values(store.read(i, COMPOSITE_COLUMNS) for i in range(store.shards)), pooling(prepared)
+        prepared.loaded, merge_values(read_values(store, COMPOSITE_COLUMNS)), pooling(prepared)
     )
     result = audit_prepared_values(prepared, merge_values(read_values(store)), composites)
     summary = {

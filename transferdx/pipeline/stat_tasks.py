@@ -172,7 +172,8 @@ class ValueStore:
             path = folder / f"{table}.parquet"
             wanted = None
             if columns is not None:
-                wanted = [c for c in pq.read_schema(path).names if c in set(columns[table])]
+                chosen = set(columns[table])
+                wanted = [c for c in pq.read_schema(path).names if c in chosen]
             frames.append(pd.read_parquet(path, columns=wanted))
         return ShardValues(frames[0], frames[1], probability, other)
 
@@ -359,10 +360,10 @@ def stats_from_work(path: str | Path, options: AuditOptions, encoder: EmbeddingC
     return {**store.write(shard, values, started), "reused": False}
 
 
-def read_values(store: ValueStore) -> Iterator[ShardValues]:
+def read_values(store: ValueStore, columns: Mapping[str, Sequence[str]] | None = None) -> Iterator[ShardValues]:
     """Every stat task's values, in shard order, one at a time (each verified against its marker by
-    the caller)."""
-    return (store.read(i) for i in range(store.shards))
+    the caller); ``columns``: only those (:meth:`ValueStore.read`)."""
+    return (store.read(i, columns) for i in range(store.shards))
 
 
 def stats_line(marker: dict[str, Any]) -> str:
