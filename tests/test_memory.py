@@ -435,3 +435,65 @@ def test_audit_negatives_texts_are_ids_into_a_table_of_distinct_texts():
     ]
     assert frame["text"].astype(object).tolist() == expected
     assert len(frame["text"].cat.categories) == len(set(expected)) < len(expected)
+
+
+# ---------------------------------------------------------------------------------------------
+# Low-cardinality text columns as categories
+# ---------------------------------------------------------------------------------------------
+
+
+def test_as_categories_keeps_the_values_with_sorted_categories():
+    from transferdx.auditing.core import as_categories
+
+    frame = pd.DataFrame(
+        {
+            "source": pd.array(["b", "a", "b", "c"], dtype="str"),
+            "method": np.array(["x", None, "y", "x"], dtype=object),
+            "qid": ["1", "2", "3", "4"],
+        }
+    )
+    before = frame.copy()
+    got = as_categories(frame)
+    assert got is frame
+    assert list(frame["source"].cat.categories) == ["a", "b", "c"]
+    assert list(frame["method"].cat.categories) == ["x", "y"]
+    assert frame["method"].isna().tolist() == [False, True, False, False]  # missing stays missing
+    assert frame["source"].astype(str).tolist() == ["b", "a", "b", "c"]
+    assert frame["qid"].dtype == before["qid"].dtype  # not a listed column: left alone
+    assert frame.to_csv(index=False) == before.to_csv(index=False)  # the artifacts' bytes
+    twice = as_categories(frame.copy())
+    pd.testing.assert_frame_equal(twice, frame)
+
+
+def test_merged_shards_with_other_categories_equal_the_whole(tmp_path):
+    """Shards whose categoricals hold other distinct values concatenate to strings; the merge makes
+    them categories again, with the whole collection's sorted categories (the one-process frame)."""
+    from transferdx.auditing.core import ShardValues, as_categories, merge_values
+
+    def part(sources: list[str], qids: list[str]) -> ShardValues:
+        neg = as_categories(pd.DataFrame({"source": pd.array(sources, dtype="str"), "qid": qids, "psi": 0.5}))
+        rec = as_categories(pd.DataFrame({"source": pd.array(sources, dtype="str"), "qid": qids}))
+        return ShardValues(neg, rec, None, np.zeros(len(qids), dtype=bool))
+
+    merged = merge_values([part(["b", "b"], ["1", "2"]), part(["a"], ["3"])])
+    assert isinstance(merged.negatives["source"].dtype, pd.CategoricalDtype)
+    assert list(merged.negatives["source"].cat.categories) == ["a", "b"]
+    whole = as_categories(pd.DataFrame({"source": pd.array(["a", "b", "b"], dtype="str"), "qid": ["3", "1", "2"]}))
+    pd.testing.assert_series_equal(merged.records["source"], whole["source"])
+
+
+def test_the_audit_frames_hold_their_low_cardinality_columns_as_categories(data):
+    from transferdx.auditing.core import CATEGORY_COLUMNS
+    from transferdx.inputs.trec_dl import load_trec_dl
+
+    result = tdx.audit(load_trec_dl(data / "msmarco-dl19", runs=["BM25", "OPEN_AI_ADA2"]), encoder=None, resamples=20)
+    full = result.result
+    for frame in (full.negatives, full.records, full.suspects):
+        for col in set(CATEGORY_COLUMNS) & set(frame.columns):
+            assert isinstance(frame[col].dtype, pd.CategoricalDtype), col
+            assert list(frame[col].cat.categories) == sorted(frame[col].dropna().unique()), col
+    controls = set(full.records.loc[full.records["kind"] == "control", "source"])
+    assert controls  # the audit built controls: their names are categories of the full frames
+    for view in (result.negatives, result.suspects):
+        assert not controls & set(view["source"].cat.categories)  # a genuine view lists no control
+        assert set(view["source"].value_counts().index) == set(view["source"])

@@ -18,6 +18,16 @@ from transferdx.display import audit_markdown, audit_repr
 from transferdx.inputs.records import KINDS, Record
 from transferdx.inputs.texts import text_column
 
+
+def _rows(frame: pd.DataFrame, keep: np.ndarray) -> pd.DataFrame:
+    """The rows ``keep`` of ``frame``, renumbered, each categorical column with only the categories
+    those rows use (so ``value_counts`` on a genuine source's rows lists no control)."""
+    out = frame.loc[keep].reset_index(drop=True)
+    for col in out.select_dtypes("category").columns:
+        out[col] = out[col].cat.remove_unused_categories()
+    return out
+
+
 # whose negatives/suspects: the user's own (genuine), the controls', or every source's (all)
 KINDS_OR_ALL = (*KINDS, "all")
 
@@ -64,7 +74,7 @@ class Audit:
     def negatives_of(self, kind: str = "genuine") -> pd.DataFrame:
         """The negatives of the sources of ``kind``: ``genuine`` | ``control`` | ``all``, with texts."""
         full = self.result.negatives
-        frame = full.loc[self._of_kind(full, kind)].reset_index(drop=True)
+        frame = _rows(full, self._of_kind(full, kind))
         if not self.texts or frame.empty:
             return frame
         keys = list(zip(frame["source"], frame["qid"], strict=True))
@@ -94,7 +104,7 @@ class Audit:
         """The suspects of the sources of ``kind``: ``genuine`` (:attr:`suspects`) | ``control``
         (:attr:`control_suspects`) | ``all``, in the same order."""
         full = self.result.suspects
-        return full.loc[self._of_kind(full, kind)].reset_index(drop=True)
+        return _rows(full, self._of_kind(full, kind))
 
     def _of_kind(self, frame: pd.DataFrame, kind: str) -> np.ndarray:
         """Which rows of a per-negative ``frame`` (``source``, ``qid``) belong to a record of ``kind``."""
