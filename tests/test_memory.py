@@ -465,7 +465,7 @@ def test_as_categories_keeps_the_values_with_sorted_categories():
     pd.testing.assert_frame_equal(twice, frame)
 
 
-def test_merged_shards_with_other_categories_equal_the_whole(tmp_path):
+def test_merged_shards_with_other_categories_equal_the_whole():
     """Shards whose categoricals hold other distinct values concatenate to strings; the merge makes
     them categories again, with the whole collection's sorted categories (the one-process frame)."""
     from transferdx.auditing.core import ShardValues, as_categories, merge_values

@@ -648,10 +648,9 @@ def _suspicion(
     if calibrated is not None:
         adjusted, priors = source_priors(records, owner, calibrated, seed, resamples, confidence)
         inputs = dataclasses.replace(inputs, probability=adjusted)
-    flags = suspect_negatives(inputs, s)
+    flags = as_categories(suspect_negatives(inputs, s), ("fn_reasons",))  # converted once, then shared
     for col in flags.columns:
-        negatives[col] = flags[col].to_numpy() if col in ("fn_reasons", "fn_suspect") else flags[col].array
-    as_categories(negatives, ("fn_reasons",))
+        negatives[col] = flags[col].to_numpy() if col == "fn_suspect" else flags[col].array
     for col, values in record_counts(flags, owner, len(records)).items():
         per_record[col] = values
 
