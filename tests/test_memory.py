@@ -473,9 +473,11 @@ def test_merged_shards_with_other_categories_equal_the_whole():
     def part(sources: list[str], qids: list[str]) -> ShardValues:
         neg = as_categories(pd.DataFrame({"source": pd.array(sources, dtype="str"), "qid": qids, "psi": 0.5}))
         rec = as_categories(pd.DataFrame({"source": pd.array(sources, dtype="str"), "qid": qids}))
-        return ShardValues(neg, rec, None, np.zeros(len(qids), dtype=bool))
+        hits = {"duplicate_negative": np.array([q == "2" for q in qids])}  # follows its negative
+        return ShardValues(neg, rec, None, np.zeros(len(qids), dtype=bool), hits)
 
     merged = merge_values([part(["b", "b"], ["1", "2"]), part(["a"], ["3"])])
+    assert merged.text_hits["duplicate_negative"].tolist() == [False, False, True]  # a/3, b/1, b/2
     assert isinstance(merged.negatives["source"].dtype, pd.CategoricalDtype)
     assert list(merged.negatives["source"].cat.categories) == ["a", "b"]
     whole = as_categories(pd.DataFrame({"source": pd.array(["a", "b", "b"], dtype="str"), "qid": ["3", "1", "2"]}))

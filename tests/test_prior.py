@@ -5,6 +5,7 @@ and synthetic mixtures with a known prior."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from transferdx.auditing.fn_eval import expected_calibration_error
@@ -89,7 +90,8 @@ def test_the_audit_lowers_probabilities_to_the_estimate_but_never_raises_them():
     owner = np.repeat(np.arange(len(records)), 4)
     rng = np.random.default_rng(0)
     p = np.concatenate([rng.uniform(0.0, 0.3, 160), rng.uniform(0.85, 1.0, 160)])  # few, then most look false
-    adjusted, priors = source_priors(records, owner, p, seed=0, resamples=200, confidence=0.95)
+    frame = pd.DataFrame([vars(r) for r in records])  # one row per record: source, qid, kind
+    adjusted, priors = source_priors(frame, owner, p, seed=0, resamples=200, confidence=0.95)
     low, high = priors["low"], priors["high"]
     assert low["fn_prior"] < pi_t and low["fn_prior_applied"] == low["fn_prior"]
     assert low["fn_prior_ci_low"] <= low["fn_prior"] <= low["fn_prior_ci_high"]

@@ -39,6 +39,7 @@ from transferdx.diagnostics.suspicion import (
     suspect_negatives,
     suspect_order,
     suspicion_score,
+    text_reasons,
 )
 from transferdx.diagnostics.tokens import Tokenizer
 from transferdx.embed.cache import EmbeddingCache, text_key
@@ -190,12 +191,15 @@ class ShardValues:
     """The per-negative and per-record values of some records, before anything that pools a source
     (π̂ and the flags it moves, the composite, the profile): ``negatives`` and ``records`` as the
     audit's frames have them up to that point, ``probability`` (p(false negative) at the detectors'
-    training prior, per negative; None without the encoder) and ``other_positive`` (per negative)."""
+    training prior, per negative; None without the encoder), ``other_positive`` (per negative) and
+    ``text_hits`` (each of the suspicion's text reasons per negative:
+    :func:`~transferdx.diagnostics.suspicion.text_reasons`), so that the pooled steps read no text."""
 
     negatives: pd.DataFrame
     records: pd.DataFrame
     probability: np.ndarray | None
     other_positive: np.ndarray
+    text_hits: Mapping[str, np.ndarray]
 
 
 def _audit_order(frame: pd.DataFrame) -> np.ndarray:
@@ -214,11 +218,13 @@ def merge_values(parts: Iterable[ShardValues]) -> ShardValues:
     recs: list[pd.DataFrame] = []
     probs: list[np.ndarray | None] = []
     others: list[np.ndarray] = []
+    hits: list[Mapping[str, np.ndarray]] = []
     for p in parts:
         negs.append(p.negatives)
         recs.append(p.records)
         probs.append(p.probability)
         others.append(p.other_positive)
+        hits.append(p.text_hits)
     if not negs:
         raise ValueError("no shard values to merge")
     negatives = pd.concat(negs, ignore_index=True)
@@ -231,10 +237,11 @@ def merge_values(parts: Iterable[ShardValues]) -> ShardValues:
         probability = np.concatenate([p for p in probs if p is not None])[at]
     probs.clear()
     other = np.concatenate(others)[at]
+    text_hits = {name: np.concatenate([h[name] for h in hits])[at] for name in hits[0]}
     negatives = negatives.take(at).reset_index(drop=True)
     records = records.take(_audit_order(records)).reset_index(drop=True)
     # categories again: shards with other distinct values concatenate to strings
-    return ShardValues(as_categories(negatives), as_categories(records), probability, other)
+    return ShardValues(as_categories(negatives), as_categories(records), probability, other, text_hits)
 
 
 def _values(
@@ -262,17 +269,22 @@ def _values(
     for i, column in enumerate(("method", "relation", "rank", "judgment")):
         negatives[column] = pd.array([m[i] for m in meta], dtype="Int64" if i >= 2 else object)
     per_record = _lexical_records(records, negatives)
+    # the text reasons here, where the texts are (a stat task), before the vectors are held
+    hits = text_reasons(_text_inputs(records))
     rows = None
     if encoder is not None and records:
         rows = _semantic(records, negatives, per_record, encoder, semantic, seed, background)
     as_categories(negatives)
     as_categories(per_record)
-    return ShardValues(negatives, per_record, None, other_positive(records, owners)), rows
+    return ShardValues(negatives, per_record, None, other_positive(records, owners), hits), rows
 
 
 def _with_probability(records: Sequence[Record], values: ShardValues) -> ShardValues:
     """``values`` with :func:`_calibrated`'s probabilities (None when no encoder scored them)."""
-    inputs = _suspicion_inputs(records, values.negatives, values.records, "s_qn" in values.negatives)
+    scored = "s_qn" in values.negatives
+    inputs = _suspicion_inputs(values.negatives, values.records, scored, values.text_hits)
+    text = _text_inputs(records)  # the other sources' agreement compares passages by id and text
+    inputs = dataclasses.replace(inputs, neg_ids=text.neg_ids, neg_texts=text.neg_texts)
     return dataclasses.replace(values, probability=_calibrated(records, inputs))
 
 
@@ -357,6 +369,7 @@ def audit_records(
     if vectors is not None:
         extra = _composites(values.negatives, values.records, vectors, semantic, seed, resamples, confidence)
     del vectors  # before the probabilities, as before the values were split: not held beside their working set
+    values = _with_probability(records, values)
     pooling = Pooling(encoder, semantic, idf_corpus, seed, resamples, confidence, flags, kinds, settings)
     return _pooled(loaded, records, values, extra, pooling)
 
@@ -509,8 +522,9 @@ def _pooled(
     profile and its flags, the descriptors, the judged evaluation."""
     negatives, per_record, hit = values.negatives, values.records, values.other_positive
     scored = "s_qn" in negatives
-    inputs = _suspicion_inputs(records, negatives, per_record, scored)  # once: the probabilities and the flags read it
-    calibrated = values.probability if values.probability is not None else _calibrated(records, inputs)
+    # from the values alone: the text reasons came with them, the probabilities too (None: lexical)
+    inputs = _suspicion_inputs(negatives, per_record, scored, values.text_hits)
+    calibrated = values.probability
     del values
     suspects, priors = _suspicion(
         records,
@@ -646,7 +660,7 @@ def _suspicion(
     s_pn = inputs.s_pn if inputs.s_pn is not None else nan
     priors: dict[str, dict[str, float]] = {}
     if calibrated is not None:
-        adjusted, priors = source_priors(records, owner, calibrated, seed, resamples, confidence)
+        adjusted, priors = source_priors(per_record, owner, calibrated, seed, resamples, confidence)
         inputs = dataclasses.replace(inputs, probability=adjusted)
     flags = as_categories(suspect_negatives(inputs, s), ("fn_reasons",))  # converted once, then shared
     for col in flags.columns:
@@ -658,18 +672,19 @@ def _suspicion(
     prob = flags["fn_probability"].to_numpy(dtype=np.float64)[rows]
     score = suspicion_score(s_qp[rows], s_qn[rows], s.alpha) if scored else nan[rows]
     neg_index = negatives["neg_index"].to_numpy()[rows].astype(np.int64)
-    recs = [records[i] for i in owner[rows]]
+    sources, qids = per_record["source"].to_numpy(dtype=object), per_record["qid"].to_numpy(dtype=object)
     # sorted before the table is built (each column gathered once, the table never reordered)
-    order = suspect_order(prob, score, [r.source for r in recs], [r.qid for r in recs], neg_index)
+    order = suspect_order(prob, score, sources[owner[rows]], qids[owner[rows]], neg_index)
     rows, prob, score, neg_index = rows[order], prob[order], score[order], neg_index[order]
-    recs = [recs[i] for i in order]
+    at = owner[rows]
+    recs = [records[i] for i in at]  # the texts: the records' own objects (not copied)
     suspects = pd.DataFrame(
         {
-            "source": [r.source for r in recs],
-            "kind": [r.kind for r in recs],
-            "qid": [r.qid for r in recs],
+            "source": per_record["source"].array.take(at),
+            "kind": per_record["kind"].array.take(at),
+            "qid": per_record["qid"].array.take(at),
             "neg_index": neg_index,
-            "neg_id": [r.negatives[int(k)].id for r, k in zip(recs, neg_index, strict=True)],
+            "neg_id": negatives["neg_id"].array.take(rows),
             "query": _held([r.query for r in recs]),
             "positive": _held([r.positives[0].text for r in recs]),
             "negative": _held([r.negatives[int(k)].text for r, k in zip(recs, neg_index, strict=True)]),
@@ -685,17 +700,30 @@ def _suspicion(
     return as_categories(suspects), priors
 
 
-def _suspicion_inputs(
-    records: Sequence[Record], negatives: pd.DataFrame, per_record: pd.DataFrame, scored: bool
-) -> SuspicionInputs:
-    """What the §3.9 reasons read, per negative (the encoder's scores only when ``scored``)."""
+def _text_inputs(records: Sequence[Record]) -> SuspicionInputs:
+    """What the §3.9 text reasons read: per negative its record (``owner``), id and text; per record
+    its positives' texts (references to the records' own strings)."""
     counts = np.array([len(r.negatives) for r in records], dtype=np.int64)
-    owner = np.repeat(np.arange(len(records)), counts)
     return SuspicionInputs(
-        owner=owner,
+        owner=np.repeat(np.arange(len(records)), counts),
         neg_ids=[n.id for r in records for n in r.negatives],
         neg_texts=[n.text for r in records for n in r.negatives],
         positives=[[p.text for p in r.positives] for r in records],
+    )
+
+
+def _suspicion_inputs(
+    negatives: pd.DataFrame, per_record: pd.DataFrame, scored: bool, text_hits: Mapping[str, np.ndarray]
+) -> SuspicionInputs:
+    """What the §3.9 reasons read, per negative, from the values alone: the text reasons as computed
+    with them (``text_hits``), the encoder's scores when ``scored``; no text."""
+    owner = np.repeat(np.arange(len(per_record)), per_record["n_negatives"].to_numpy(dtype=np.int64))
+    return SuspicionInputs(
+        owner=owner,
+        neg_ids=(),
+        neg_texts=(),
+        positives=(),
+        text_hits=text_hits,
         s_qp=per_record["s_qp"].to_numpy(dtype=np.float64)[owner] if scored else None,
         s_qn=negatives["s_qn"].to_numpy(dtype=np.float64) if scored else None,
         s_pn=negatives["s_pn"].to_numpy(dtype=np.float64) if scored else None,
@@ -731,9 +759,10 @@ PRIOR_CAP_WHY = "experiments/results/fn_years/mined_check.md"
 
 
 def source_priors(
-    records: Sequence[Record], owner: np.ndarray, p: np.ndarray, seed: int, resamples: int, confidence: float
+    records: pd.DataFrame, owner: np.ndarray, p: np.ndarray, seed: int, resamples: int, confidence: float
 ) -> tuple[np.ndarray, dict[str, dict[str, float]]]:
-    """Per source: π̂, the EM estimate of its share of false negatives with its bootstrap CI over the
+    """Per source (``records``: one row per record with ``source``, ``qid``, ``kind``; ``owner``: each
+    negative's record): π̂, the EM estimate of its share of false negatives with its bootstrap CI over the
     source's records (:func:`~transferdx.diagnostics.prior.em_prior_ci`; genuine sources only, a
     control's CI is NaN), and each negative's probability moved from the detectors' training prior to
     min(π̂, π_t) (:func:`~transferdx.diagnostics.prior.adjust`; never raised, :data:`PRIOR_CAP_WHY`).
@@ -741,7 +770,8 @@ def source_priors(
     fn_prior_applied}}``."""
     train_prior = load_combined().prior
     adjusted = np.full(len(p), np.nan)
-    source_of = np.asarray([r.source for r in records], dtype=object)
+    source_of = records["source"].to_numpy(dtype=object)
+    qids, kinds = records["qid"].to_numpy(dtype=object), records["kind"].to_numpy(dtype=object)
     out: dict[str, dict[str, float]] = {}
     for name in dict.fromkeys(source_of.tolist()):
         recs = np.flatnonzero(source_of == name)
@@ -749,9 +779,9 @@ def source_priors(
         if not len(rows):
             continue
         local = np.searchsorted(recs, owner[rows])
-        rng = bootstrap_rng(seed, [records[int(i)].qid for i in recs], PRIOR_STREAM)
+        rng = bootstrap_rng(seed, qids[recs].tolist(), PRIOR_STREAM)
         # the interval only where the verdict reads it (genuine sources): a control gets the estimate alone
-        genuine = records[int(recs[0])].kind == "genuine"
+        genuine = kinds[recs[0]] == "genuine"
         est = em_prior_ci(p[rows], local, train_prior, rng, resamples if genuine else 0, confidence)
         applied = min(est.prior, train_prior)  # only ever lowered: see PRIOR_CAP_WHY
         adjusted[rows] = adjust(p[rows], train_prior, applied)

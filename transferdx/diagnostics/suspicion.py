@@ -151,7 +151,9 @@ def suspicion_score(s_qp: np.ndarray, s_qn: np.ndarray, alpha: float = 0.95) -> 
 @dataclass(frozen=True)
 class SuspicionInputs:
     """Per negative: its record index (``owner``), id and text; per record: the positive texts; and,
-    when an encoder scored them, s(q,p) and s(q,n) per negative and s(p0,n)."""
+    when an encoder scored them, s(q,p) and s(q,n) per negative and s(p0,n). ``text_hits``: the
+    text reasons already computed (:func:`text_reasons`, e.g. by the stat task that held the texts);
+    given them, :func:`suspect_negatives` reads no text, and ids, texts and positives may be empty."""
 
     owner: np.ndarray
     neg_ids: Sequence[str | None]
@@ -165,10 +167,11 @@ class SuspicionInputs:
     agree_share: np.ndarray | None = None  # the other sources' agreement (NaN: the single detector)
     agree_best: np.ndarray | None = None
     probability: np.ndarray | None = None  # fn_probability as the audit adjusted it to each source's prior
+    text_hits: Mapping[str, np.ndarray] | None = None  # TEXT_REASONS → per negative, from text_reasons
 
 
 def _frame(x: SuspicionInputs) -> pd.DataFrame:
-    n = len(x.neg_texts)
+    n = len(x.owner)
     nan = np.full(n, np.nan)
     return pd.DataFrame(
         {
@@ -244,6 +247,13 @@ def get_reason(name: str) -> Callable[[SuspicionInputs, SuspicionSettings], np.n
     return REASON_RULES[name]
 
 
+def text_reasons(x: SuspicionInputs) -> dict[str, np.ndarray]:
+    """Each of :data:`TEXT_REASONS` per negative (bool): what the texts alone say, independent of
+    the encoder and of any other record — so a shard of the records computes its rows' hits as the
+    whole collection would."""
+    return {name: np.asarray(REASON_RULES[name](x, SuspicionSettings()), dtype=bool) for name in TEXT_REASONS}
+
+
 def probable(p: np.ndarray | None, n: int) -> np.ndarray:
     """``fn_probability ≥`` :data:`MIN_PROBABILITY` per negative (False where NaN or not scored)."""
     if p is None:
@@ -257,12 +267,13 @@ def suspect_negatives(x: SuspicionInputs, settings: SuspicionSettings = Suspicio
     order, ``fn_probability`` last when ``fn_probability ≥`` :data:`MIN_PROBABILITY`; empty when
     none), ``fn_suspect`` (``fn_reasons`` is not empty: the one rule of a suspect) and
     ``fn_probability`` (float, NaN without the encoder)."""
-    n = len(x.neg_texts)
+    n = len(x.owner)
     frame = pd.DataFrame(index=pd.RangeIndex(n))
     prob = _adjusted(x)
     hits = np.zeros((n, len(SUSPECT_REASONS)), dtype=bool)
+    given = x.text_hits or {}
     for j, name in enumerate(REASONS):
-        values = get_reason(name)(x, settings)
+        values = given[name] if name in given else get_reason(name)(x, settings)
         if values is None:
             frame[f"fn_{name}"] = pd.array([pd.NA] * n, dtype="boolean")
             continue

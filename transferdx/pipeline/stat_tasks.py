@@ -61,8 +61,9 @@ from transferdx.pipeline.encoders import make_tokenizer
 from transferdx.pipeline.partition import shard_of
 from transferdx.pipeline.settings import AuditOptions
 
-VALUES_VERSION = 1
+VALUES_VERSION = 2  # 2: the text reasons among the arrays (1: none)
 VALUE_FILES = ("negatives.parquet", "records.parquet", "arrays.npz")
+TEXT_PREFIX = "text_"  # arrays.npz: text_<reason>, each text reason's hits per negative
 
 
 def collection_digest(records: Sequence[Record]) -> str:
@@ -138,11 +139,12 @@ class ValueStore:
         with atomic_folder(self.values(shard)) as out:
             values.negatives.to_parquet(out / "negatives.parquet", index=False)
             values.records.to_parquet(out / "records.parquet", index=False)
+            arrays: dict[str, Any] = {"other_positive": values.other_positive}
+            arrays |= {f"{TEXT_PREFIX}{name}": hit for name, hit in values.text_hits.items()}
+            if values.probability is not None:
+                arrays["probability"] = values.probability
             with open(out / "arrays.npz", "wb") as handle:
-                if values.probability is None:
-                    np.savez(handle, other_positive=values.other_positive)
-                else:
-                    np.savez(handle, other_positive=values.other_positive, probability=values.probability)
+                np.savez(handle, **arrays)
         record = {
             "version": VALUES_VERSION,
             "stage": "stats",
@@ -167,6 +169,7 @@ class ValueStore:
         with np.load(io.BytesIO((folder / "arrays.npz").read_bytes()), allow_pickle=False) as arrays:
             probability = arrays["probability"] if "probability" in arrays.files else None
             other = arrays["other_positive"]
+            hits = {k[len(TEXT_PREFIX) :]: arrays[k] for k in arrays.files if k.startswith(TEXT_PREFIX)}
         frames = []
         for table in ("negatives", "records"):
             path = folder / f"{table}.parquet"
@@ -175,7 +178,7 @@ class ValueStore:
                 chosen = set(columns[table])
                 wanted = [c for c in pq.read_schema(path).names if c in chosen]
             frames.append(pd.read_parquet(path, columns=wanted))
-        return ShardValues(frames[0], frames[1], probability, other)
+        return ShardValues(frames[0], frames[1], probability, other, hits)
 
 
 def value_store(prepared: PreparedAudit, folder: Path, shards: int) -> ValueStore:
@@ -238,6 +241,7 @@ def _rows_of(values: ShardValues, shards: int, shard: int) -> ShardValues:
         values.records[mask(values.records)].reset_index(drop=True),
         values.probability[neg] if values.probability is not None else None,
         values.other_positive[neg],
+        {name: hit[neg] for name, hit in values.text_hits.items()},
     )
 
 
