@@ -43,7 +43,7 @@ def _split(records, shards: int) -> list[list]:
 @pytest.mark.slow
 def test_dl19_in_1_to_4_query_shards_gives_the_one_process_values(data, tmp_path):
     """The six DL19 runs and the eight controls built from them, semantic (static backbone): the
-    shards' negatives and records frames, fn probabilities and other_positive flags, put back in
+    shards' negatives and records frames, fn probabilities, other_positive flags and text reasons, put back in
     (source, qid) order, equal the whole collection's exactly (``check_exact``, NaN in place). Kills:
     ψ's IDF or vocabulary taken from the shard (its own passages, its own first-seen token order), the
     background sample drawn from the shard, other_positive or the sources' agreement on a query
@@ -60,6 +60,11 @@ def test_dl19_in_1_to_4_query_shards_gives_the_one_process_values(data, tmp_path
     pd.testing.assert_frame_equal(audited.negatives[whole.negatives.columns], whole.negatives, check_exact=True)
     pd.testing.assert_frame_equal(audited.records[whole.records.columns], whole.records, check_exact=True)
     assert np.array_equal(audited.negatives["other_positive"].to_numpy(bool), whole.other_positive)
+    # the text reasons come with the values; the pooled suspicion reads them, not the texts
+    assert sorted(whole.text_hits) == ["duplicate_negative", "duplicate_positive"]
+    for name, hit in whole.text_hits.items():
+        assert hit.any(), name  # the controls copy positives and repeat negatives: not vacuous
+        assert np.array_equal(audited.negatives[f"fn_{name}"].to_numpy(bool), hit)
     records = loaded.records
     context = audit_context(records, alnum, semantic=semantic)
     assert len(context.background) == semantic.background_size
@@ -75,6 +80,8 @@ def test_dl19_in_1_to_4_query_shards_gives_the_one_process_values(data, tmp_path
         assert whole.probability is not None and got.probability is not None
         np.testing.assert_array_equal(got.probability, whole.probability)
         np.testing.assert_array_equal(got.other_positive, whole.other_positive)
+        for name, hit in whole.text_hits.items():
+            np.testing.assert_array_equal(got.text_hits[name], hit)
     # the properties the context carries are not vacuous on this input: a shard alone differs
     alone = negative_residuality(parts[0], alnum)["psi"].to_numpy()
     given = values[0].negatives["psi"].to_numpy()

@@ -41,6 +41,7 @@ from transferdx.diagnostics.suspicion import (
     record_counts,
     suspect_negatives,
     suspect_order,
+    text_reasons,
 )
 from transferdx.diagnostics.tokens import alnum
 from transferdx.inputs.records import LoadResult, Passage, Record
@@ -127,6 +128,28 @@ def test_suspect_negatives_reasons_joined_and_unchecked_is_na():
     assert counts["n_fn_suspect"].tolist() == [2]
     with pytest.raises(ValueError, match="unknown suspicion reason"):
         get_reason("nope")
+
+
+def test_text_reasons_given_replace_the_texts():
+    """The text reasons computed beforehand (a stat task's ``text_hits``) give the same frame as the
+    texts, with no text at all; and they are what the frame reads (hits flipped → flags flipped)."""
+    x = SuspicionInputs(
+        owner=np.array([0, 0, 0, 1]),
+        neg_ids=["p", "n1", "p", "p"],
+        neg_texts=["Positive", "other", "positive", "fresh"],
+        positives=[["positive"], ["kept"]],
+        s_qp=np.full(4, 0.5),
+        s_qn=np.array([0.5, 0.1, 0.5, 0.1]),
+        s_pn=np.array([1.0, 0.2, 1.0, 0.2]),
+    )
+    hits = text_reasons(x)
+    assert hits["duplicate_positive"].tolist() == [True, False, True, False]
+    assert hits["duplicate_negative"].tolist() == [False, False, True, False]
+    no_text = SuspicionInputs(x.owner, (), (), (), x.s_qp, x.s_qn, x.s_pn, text_hits=hits)
+    pd.testing.assert_frame_equal(suspect_negatives(no_text), suspect_negatives(x))
+    flipped = {name: ~hit for name, hit in hits.items()}
+    got = suspect_negatives(SuspicionInputs(x.owner, (), (), (), x.s_qp, x.s_qn, x.s_pn, text_hits=flipped))
+    assert got["fn_duplicate_positive"].tolist() == [False, True, False, True]
 
 
 def test_fn_probability_at_the_cut_is_a_suspect_by_itself():
