@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -371,7 +371,7 @@ def audit_records(
     del vectors  # before the probabilities, as before the values were split: not held beside their working set
     values = _with_probability(records, values)
     pooling = Pooling(encoder, semantic, idf_corpus, seed, resamples, confidence, flags, kinds, settings)
-    return _pooled(loaded, records, values, extra, pooling)
+    return _pooled(loaded, values, extra, pooling, _described(records, loaded, pooling), record_texts(records))
 
 
 @dataclass(frozen=True)
@@ -418,7 +418,7 @@ def audit_values(
         extra = _source_composites(records, values, pooling)
     else:
         extra = {name: dict(row) for name, row in composites.items()}
-    return _pooled(loaded, records, values, extra, pooling)
+    return _pooled(loaded, values, extra, pooling, _described(records, loaded, pooling), record_texts(records))
 
 
 def values_composites(
@@ -510,16 +510,41 @@ def source_composites(records: Sequence[Record], values: ShardValues, pooling: P
     return out
 
 
+# the suspects' three texts: (each suspect's record, as a row of the audit's per-record frame; its
+# negative's index in the record) → (queries, positives[0], negatives), one per suspect
+SuspectTexts = Callable[[np.ndarray, np.ndarray], tuple[Sequence[str], Sequence[str], Sequence[str]]]
+
+
+def record_texts(records: Sequence[Record]) -> SuspectTexts:
+    """:data:`SuspectTexts` read from ``records`` (in the audit's order): their own string objects,
+    not copies."""
+
+    def texts(at: np.ndarray, neg_index: np.ndarray) -> tuple[Sequence[str], Sequence[str], Sequence[str]]:
+        recs = [records[i] for i in at]
+        negs = [r.negatives[int(k)].text for r, k in zip(recs, neg_index, strict=True)]
+        return [r.query for r in recs], [r.positives[0].text for r in recs], negs
+
+    return texts
+
+
+def _described(records: Sequence[Record], loaded: LoadResult, p: Pooling) -> dict[str, dict[str, Any]]:
+    """:func:`describe` under ``p``'s settings (what the descriptors count is read off the records)."""
+    return describe(records, loaded, p.encoder, p.semantic if p.encoder else None, p.idf_corpus, p.seed)
+
+
 def _pooled(
     loaded: LoadResult,
-    records: Sequence[Record],
     values: ShardValues,
     extra: dict[str, dict[str, Any]],
     p: Pooling,
+    descriptors: dict[str, dict[str, Any]],
+    texts: SuspectTexts,
 ) -> AuditResult:
-    """What the audit does after the per-row values (``records`` in the audit's order, ``values``
-    theirs, ``extra`` the composites): π̂ and the flags, other_positive, the judged rates, the
-    profile and its flags, the descriptors, the judged evaluation."""
+    """What the audit does after the per-row values (``values`` in the audit's order, ``extra`` the
+    composites): π̂ and the flags, other_positive, the judged rates, the profile and its flags, the
+    descriptors (:func:`describe`, given), the judged evaluation. It reads no record: of ``loaded``
+    its exclusions, descriptors as loaded, judged false negatives and relevance grade; the suspects'
+    texts from ``texts``."""
     negatives, per_record, hit = values.negatives, values.records, values.other_positive
     scored = "s_qn" in negatives
     # from the values alone: the text reasons came with them, the probabilities too (None: lexical)
@@ -527,7 +552,7 @@ def _pooled(
     calibrated = values.probability
     del values
     suspects, priors = _suspicion(
-        records,
+        texts,
         negatives,
         per_record,
         inputs,
@@ -541,10 +566,12 @@ def _pooled(
     for name, prior in priors.items():
         extra.setdefault(name, {}).update(prior)
     _add_other_positive(negatives, per_record, hit)
+    # every source the input names: those with records, and those whose every item was excluded
+    sources = sorted(set(per_record["source"].astype(str)) | {e.source for e in loaded.exclusions if e.source})
     if loaded.false_negatives:
         fn = false_negative_rates(
             loaded.false_negatives,
-            sorted(set(per_record["source"]) | set(loaded.sources)),
+            sources,
             seed=p.seed,
             resamples=p.resamples,
             confidence=p.confidence,
@@ -558,14 +585,12 @@ def _pooled(
         resamples=p.resamples,
         confidence=p.confidence,
         settings=p.settings,
-        sources=loaded.sources,
+        sources=sources,
         extra=extra,
         kinds={**_descriptor_kinds(loaded.descriptors), **(p.kinds or {})},
     )
     thresholds = flag_thresholds(profile.rows, p.flags.mode, p.flags.fixed)
     rows = apply_flags(profile.rows, thresholds)
-    encoder = p.encoder
-    descriptors = describe(records, loaded, encoder, p.semantic if encoder else None, p.idf_corpus, p.seed)
     suspicion = recorded_suspicion_settings(p.semantic.suspicion, scored)
     for desc in descriptors.values():
         desc["fn_suspicion"] = suspicion
@@ -624,7 +649,7 @@ def judged_evaluation(
     return {"status": "measured", **result}
 
 
-def _held(texts: list[str]) -> pd.Series:
+def _held(texts: Sequence[str]) -> pd.Series:
     """A column of the records' own text objects (object dtype): pandas ≥ 3 would copy each text
     into a new string array (about 1 kB a suspect measured at 2·10⁵ negatives; the suspects table was
     the audit's largest holder after the values)."""
@@ -632,7 +657,7 @@ def _held(texts: list[str]) -> pd.Series:
 
 
 def _suspicion(
-    records: Sequence[Record],
+    texts: SuspectTexts,
     negatives: pd.DataFrame,
     per_record: pd.DataFrame,
     inputs: SuspicionInputs,
@@ -652,7 +677,8 @@ def _suspicion(
     ``fn_probability`` descending (undefined last), then s(q,n) − α·s(q,p) descending (undefined
     last), then source, qid, neg_index. The encoder reasons reuse the audit's embeddings;
     ``inputs``: :func:`_suspicion_inputs`; ``calibrated``: :func:`_calibrated`'s probabilities (None
-    without the encoder)."""
+    without the encoder); ``texts``: the suspects' query, positive and negative texts
+    (:data:`SuspectTexts`), read for the suspects only."""
     owner = inputs.owner
     nan = np.full(len(owner), np.nan)
     s_qp = inputs.s_qp if inputs.s_qp is not None else nan
@@ -665,7 +691,7 @@ def _suspicion(
     flags = as_categories(suspect_negatives(inputs, s), ("fn_reasons",))  # converted once, then shared
     for col in flags.columns:
         negatives[col] = flags[col].to_numpy() if col == "fn_suspect" else flags[col].array
-    for col, values in record_counts(flags, owner, len(records)).items():
+    for col, values in record_counts(flags, owner, len(per_record)).items():
         per_record[col] = values
 
     rows = np.flatnonzero(flags["fn_suspect"].to_numpy(bool))
@@ -677,7 +703,7 @@ def _suspicion(
     order = suspect_order(prob, score, sources[owner[rows]], qids[owner[rows]], neg_index)
     rows, prob, score, neg_index = rows[order], prob[order], score[order], neg_index[order]
     at = owner[rows]
-    recs = [records[i] for i in at]  # the texts: the records' own objects (not copied)
+    query, positive, negative = texts(at, neg_index)
     suspects = pd.DataFrame(
         {
             "source": per_record["source"].array.take(at),
@@ -685,9 +711,9 @@ def _suspicion(
             "qid": per_record["qid"].array.take(at),
             "neg_index": neg_index,
             "neg_id": negatives["neg_id"].array.take(rows),
-            "query": _held([r.query for r in recs]),
-            "positive": _held([r.positives[0].text for r in recs]),
-            "negative": _held([r.negatives[int(k)].text for r, k in zip(recs, neg_index, strict=True)]),
+            "query": _held(query),
+            "positive": _held(positive),
+            "negative": _held(negative),
             "s_qp": s_qp[rows],
             "s_qn": s_qn[rows],
             "s_pn": s_pn[rows],
