@@ -203,17 +203,25 @@ class SourceFacts:
         return self.n_suspects - self.n_act
 
 
-def _checked(frame: pd.DataFrame, reason: str) -> bool:
-    """Whether the audit checked ``reason`` on these negatives (its column has no NA)."""
+def _unchecked(negatives: pd.DataFrame, reason: str) -> np.ndarray | None:
+    """Per negative, whether the audit left ``reason`` unchecked (NA); None when it has no column."""
     column = f"fn_{reason}"
-    return column in frame and not frame[column].isna().any()
+    return negatives[column].isna().to_numpy(dtype=bool) if column in negatives else None
+
+
+def _checked(unchecked: np.ndarray | None, rows: np.ndarray) -> bool:
+    """Whether the audit checked the reason of ``unchecked`` (:func:`_unchecked`) on ``rows``."""
+    return unchecked is not None and not unchecked[rows].any()
 
 
 def _held(suspects: pd.DataFrame) -> dict[str, np.ndarray]:
-    """Reason → which rows of ``suspects`` hold it (each distinct ``reasons`` text parsed once)."""
-    joined = suspects["reasons"].fillna("").astype(str) if "reasons" in suspects else pd.Series([], dtype=str)
-    codes, patterns = pd.factorize(joined)
-    sets = [set(str(text).split(";")) for text in patterns]
+    """Reason → which rows of ``suspects`` hold it: each distinct ``reasons`` text parsed once, the
+    rows reached through the codes of a categorical (no string per suspect)."""
+    if "reasons" not in suspects:
+        return {r: np.zeros(0, dtype=bool) for r in SUSPECT_REASONS}
+    reasons = suspects["reasons"].astype("category")
+    codes = reasons.cat.codes.to_numpy()  # -1: missing, read as no reason
+    sets = [set(str(text).split(";")) for text in reasons.cat.categories] + [set()]
     return {r: np.asarray([r in x for x in sets], dtype=bool)[codes] for r in SUSPECT_REASONS}
 
 
@@ -244,6 +252,8 @@ def source_facts(
         else np.full(len(negatives), np.nan)
     )
     held = _held(suspects)
+    s_qn = negatives["s_qn"].to_numpy(dtype=np.float64) if scored else None
+    near, aware = _unchecked(negatives, "near_duplicate_positive"), _unchecked(negatives, "positive_aware")
     sus_source = suspects["source"].to_numpy() if "source" in suspects else np.asarray([], dtype=object)
     sus_prob = (
         suspects["fn_probability"].to_numpy(dtype=np.float64)
@@ -251,8 +261,7 @@ def source_facts(
         else np.full(len(suspects), np.nan)
     )
     for name in dict.fromkeys(records["source"]):
-        rows = np.flatnonzero(neg_source == name)
-        sub = negatives.iloc[rows]
+        rows = np.flatnonzero(neg_source == name)  # the source's negatives: read column by column, not copied
         mine = np.flatnonzero(sus_source == name)
         has = {r: hit[mine] for r, hit in held.items()}
         act = np.zeros(len(mine), dtype=bool)
@@ -261,20 +270,18 @@ def source_facts(
         p = sus_prob[mine]
         probable = int(has[PROBABILITY_REASON].sum()) if scored and not np.isnan(prob[rows]).any() else None
         margin = None
-        if scored and len(rows):
+        if s_qn is not None and len(rows):
             s_qp = records["s_qp"].to_numpy(dtype=np.float64)[owner[rows]]
-            margin = margin_mining(s_qp, sub["s_qn"].to_numpy(dtype=np.float64), alpha)
+            margin = margin_mining(s_qp, s_qn[rows], alpha)
         cleaned = (descriptors or {}).get(name, {}).get("cleaned")
         out[str(name)] = SourceFacts(
             n_negatives=len(rows),
             n_suspects=len(mine),
             n_act=int(act.sum()),
             n_copies=int(has["duplicate_positive"].sum()),
-            n_near_copies=int(has["near_duplicate_positive"].sum())
-            if _checked(sub, "near_duplicate_positive")
-            else None,
+            n_near_copies=int(has["near_duplicate_positive"].sum()) if _checked(near, rows) else None,
             n_probable=probable,
-            n_positive_aware=int(has["positive_aware"].sum()) if _checked(sub, "positive_aware") else None,
+            n_positive_aware=int(has["positive_aware"].sum()) if _checked(aware, rows) else None,
             margin=margin,
             cleaned=cleaned if isinstance(cleaned, Mapping) else None,
             expected_precision=_mean(p[has[PROBABILITY_REASON]]) if probable else None,
