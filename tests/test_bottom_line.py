@@ -312,6 +312,20 @@ def test_source_facts_count_from_the_table():
     assert (facts["b"].n_suspects, facts["b"].n_act) == (1, 1 if near else 0)
     assert (facts["b"].n_near_copies, facts["b"].n_probable, facts["b"].n_copies) == (1, 0, 0)
 
+    def counts(f):
+        return [(x.n_negatives, x.n_suspects, x.n_act, x.n_copies, x.n_near_copies, x.n_positive_aware) for x in f.values()]
+
+    # the reasons as the audit holds them (a categorical; a missing one is no reason): the same counts
+    held = suspects.assign(reasons=pd.Categorical(suspects["reasons"]))
+    assert counts(source_facts(held, negatives, records)) == counts(facts)
+    extra = pd.DataFrame({"source": ["b"], "reasons": pd.Categorical([None]), "fn_probability": [0.1]})
+    more = source_facts(pd.concat([held, extra], ignore_index=True), negatives, records)
+    assert (more["b"].n_suspects, more["b"].n_act, more["b"].n_near_copies) == (2, facts["b"].n_act, 1)
+    # a reason left unchecked on one source's negatives is None for that source only
+    partly = negatives.assign(fn_positive_aware=pd.array([True, False, False, None, None], dtype="boolean"))
+    got = source_facts(suspects, partly, records)
+    assert got["a"].n_positive_aware == 1 and got["b"].n_positive_aware is None
+
 
 def test_the_shipped_evidence_is_what_the_committed_results_say():
     """evidence.json equals what experiments/ship_evidence.py computes from the committed static
