@@ -313,7 +313,9 @@ def test_source_facts_count_from_the_table():
     assert (facts["b"].n_near_copies, facts["b"].n_probable, facts["b"].n_copies) == (1, 0, 0)
 
     def counts(f):
-        return [(x.n_negatives, x.n_suspects, x.n_act, x.n_copies, x.n_near_copies, x.n_positive_aware) for x in f.values()]
+        return [
+            (x.n_negatives, x.n_suspects, x.n_act, x.n_copies, x.n_near_copies, x.n_positive_aware) for x in f.values()
+        ]
 
     # the reasons as the audit holds them (a categorical; a missing one is no reason): the same counts
     held = suspects.assign(reasons=pd.Categorical(suspects["reasons"]))
