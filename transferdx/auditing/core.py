@@ -462,29 +462,23 @@ def _gathers(
 ) -> tuple[Vectors, np.ndarray]:
     """:func:`source_vectors` of ``records``, and the vectors of the ``background`` texts (rows in
     its order): one request to the cache for the distinct queries, one for the distinct passages —
-    positives[0], the negatives, then the background, each in first-seen order — so each distinct
-    text's vector is held once. Each text's row comes from one factorisation of an array of the
-    records' own strings (a hash table of pointers, not a dict of texts)."""
-    n_rec, n_neg = len(records), sum(len(r.negatives) for r in records)
-    q_rows, queries = _factorised(np.fromiter((r.query for r in records), dtype=object, count=n_rec))
-    texts = np.empty(n_rec + n_neg + len(background), dtype=object)
-    texts[:n_rec] = [r.positives[0].text for r in records]
-    texts[n_rec : n_rec + n_neg] = [n.text for r in records for n in r.negatives]
-    texts[n_rec + n_neg :] = list(background)
-    rows, passages = _factorised(texts)
-    del texts
+    positives[0], the negatives, then the background — so each distinct text's vector is held once."""
+    queries = list(dict.fromkeys(r.query for r in records))
+    passages = list(
+        dict.fromkeys(
+            [r.positives[0].text for r in records] + [n.text for r in records for n in r.negatives] + list(background)
+        )
+    )
     q_vec = encoder.embed(queries, "query")
     p_vec = encoder.embed(passages, "passage")
-    bg = p_vec[rows[n_rec + n_neg :]]
-    p_rows, n_rows = rows[:n_rec], rows[n_rec : n_rec + n_neg]
+    q_at = {t: i for i, t in enumerate(queries)}
+    p_at = {t: i for i, t in enumerate(passages)}
+    n_neg = sum(len(r.negatives) for r in records)
+    q_rows = np.fromiter((q_at[r.query] for r in records), dtype=np.int64, count=len(records))
+    p_rows = np.fromiter((p_at[r.positives[0].text] for r in records), dtype=np.int64, count=len(records))
+    n_rows = np.fromiter((p_at[n.text] for r in records for n in r.negatives), dtype=np.int64, count=n_neg)
+    bg = p_vec[[p_at[t] for t in background]]
     return (IndexedRows(q_vec, q_rows), IndexedRows(p_vec, p_rows), IndexedRows(p_vec, n_rows)), bg
-
-
-def _factorised(texts: np.ndarray) -> tuple[np.ndarray, list[str]]:
-    """(each text's row among the distinct texts, the distinct texts in first-seen order) of an
-    object array of strings: what ``list(dict.fromkeys(texts))`` and a text → row dict give."""
-    codes, uniques = pd.factorize(texts, sort=False, use_na_sentinel=False)
-    return np.asarray(codes, dtype=np.int64), list(uniques)
 
 
 def source_composites(records: Sequence[Record], values: ShardValues, pooling: Pooling) -> dict[str, dict[str, Any]]:
