@@ -255,11 +255,12 @@ def _values(
     background: Sequence[str] | None,
     owners: PositiveOwners | None,
 ) -> tuple[ShardValues, Vectors | None]:
-    """:class:`ShardValues` of ``records`` (sorted as the audit sorts them) without the probability,
-    and the embeddings scored (None without the encoder); ``idf``, ``background`` and ``owners``
-    from an :class:`AuditContext`, or computed from these records (an :class:`IdfChoice`, None,
-    None). The probability comes after (:func:`_with_probability`), once the caller has let go of the
-    vectors: its working set and theirs are not held at once."""
+    """:class:`ShardValues` of ``records`` (sorted as the audit sorts them) without the text reasons
+    and the probability, and the embeddings scored (None without the encoder); ``idf``,
+    ``background`` and ``owners`` from an :class:`AuditContext`, or computed from these records (an
+    :class:`IdfChoice`, None, None). The text reasons and the probability come after
+    (:func:`_with_text_values`), once the caller has let go of the vectors: their working set and
+    the vectors are not held at once."""
     if isinstance(idf, IdfTables):
         negatives = negative_residuality(records, tokenizer, tables=idf)
     else:
@@ -269,23 +270,24 @@ def _values(
     for i, column in enumerate(("method", "relation", "rank", "judgment")):
         negatives[column] = pd.array([m[i] for m in meta], dtype="Int64" if i >= 2 else object)
     per_record = _lexical_records(records, negatives)
-    # the text reasons here, where the texts are (a stat task), before the vectors are held
-    hits = text_reasons(_text_inputs(records))
     rows = None
     if encoder is not None and records:
         rows = _semantic(records, negatives, per_record, encoder, semantic, seed, background)
     as_categories(negatives)
     as_categories(per_record)
-    return ShardValues(negatives, per_record, None, other_positive(records, owners), hits), rows
+    return ShardValues(negatives, per_record, None, other_positive(records, owners), {}), rows
 
 
-def _with_probability(records: Sequence[Record], values: ShardValues) -> ShardValues:
-    """``values`` with :func:`_calibrated`'s probabilities (None when no encoder scored them)."""
-    scored = "s_qn" in values.negatives
-    inputs = _suspicion_inputs(values.negatives, values.records, scored, values.text_hits)
-    text = _text_inputs(records)  # the other sources' agreement compares passages by id and text
+def _with_text_values(records: Sequence[Record], values: ShardValues) -> ShardValues:
+    """``values`` with what reads the records' texts, from one list of their ids and texts: the text
+    reasons (:func:`~transferdx.diagnostics.suspicion.text_reasons`: here, where the texts are — a
+    stat task — so that the pooled steps read none) and :func:`_calibrated`'s probabilities (the
+    other sources' agreement compares passages by id and text; None when no encoder scored them)."""
+    text = _text_inputs(records)
+    hits = text_reasons(text)
+    inputs = _suspicion_inputs(values.negatives, values.records, "s_qn" in values.negatives, hits)
     inputs = dataclasses.replace(inputs, neg_ids=text.neg_ids, neg_texts=text.neg_texts)
-    return dataclasses.replace(values, probability=_calibrated(records, inputs))
+    return dataclasses.replace(values, probability=_calibrated(records, inputs), text_hits=hits)
 
 
 def record_values(
@@ -303,7 +305,7 @@ def record_values(
     owners from these records; records in the audit's order, (source, qid))."""
     records = _sorted_records(records, kinds)
     values = _values(records, tokenizer, encoder, semantic, seed, idf=idf, background=None, owners=None)[0]
-    return _with_probability(records, values)  # the vectors already let go (not held beside its working set)
+    return _with_text_values(records, values)  # the vectors already let go (not held beside its working set)
 
 
 def shard_values(
@@ -334,7 +336,7 @@ def shard_values(
         background=context.background if encoder is not None else None,
         owners=context.positives,
     )[0]
-    return _with_probability(records, values)
+    return _with_text_values(records, values)
 
 
 def audit_records(
@@ -369,7 +371,7 @@ def audit_records(
     if vectors is not None:
         extra = _composites(values.negatives, values.records, vectors, semantic, seed, resamples, confidence)
     del vectors  # before the probabilities, as before the values were split: not held beside their working set
-    values = _with_probability(records, values)
+    values = _with_text_values(records, values)
     pooling = Pooling(encoder, semantic, idf_corpus, seed, resamples, confidence, flags, kinds, settings)
     return _pooled(loaded, values, extra, pooling, _described(records, loaded, pooling), record_texts(records))
 
