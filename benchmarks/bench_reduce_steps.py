@@ -34,6 +34,9 @@ from bench_cache_index import reset_peak, status_mb
 STEPS = (
     ("transferdx.pipeline.sharding", "", "read_values"),
     ("transferdx.pipeline.sharding", "", "merge_values"),
+    ("transferdx.pipeline.sharding", "", "input_facts"),
+    ("transferdx.pipeline.stat_tasks", "ValueStore", "texts"),
+    ("transferdx.pipeline.sharding", "", "source_composites"),
     ("transferdx.auditing.core", "", "source_composites"),
     ("transferdx.auditing.core", "", "_suspicion_inputs"),
     ("transferdx.auditing.core", "", "_suspicion"),
@@ -99,7 +102,8 @@ def reduce_child(folder: str, shards: int, label: str) -> None:
     imports = status_mb("VmRSS")
     load = functools.partial(prepare_audit, folder, encoder=encoder, controls="none", semantic=semantic)
     prepared = _measured("prepare_audit (the input)", load, rows)
-    result = run_stage(prepared, ShardSettings(shards=shards, stage="reduce", cache_dir=cache))
+    own = {"let_go": True} if "let_go" in {f.name for f in dataclasses.fields(ShardSettings)} else {}
+    result = run_stage(prepared, ShardSettings(shards=shards, stage="reduce", cache_dir=cache, **own))
     result.save(Path(folder) / f"out-{label}")
     print(json.dumps({"python_start_mb": imported, "imports_mb": imports, "steps": rows}))
 

@@ -170,7 +170,7 @@ def semantic_child(folder: str, lexical: bool, shard: str | None = None) -> None
     if shard is None:
         result = tdx.audit(folder, encoder=encoder, controls="none", **kw)
         result.save(Path(folder) / ("out-lexical" if lexical else "out"))
-        audited = len(result.negatives)
+        audited = len(result.result.negatives)  # the frame, not .negatives (which adds every text)
     elif (which := shard.split("/")[0]).isdigit():  # a map task as audit.stage=all launches one: its work file
         plan = ShardPlan(Path(Path(folder, "plan.txt").read_text().strip()), int(shard.split("/")[1]))
         marker = encode_shard_work(plan.work(int(which)), encoder)
@@ -193,12 +193,14 @@ def semantic_child(folder: str, lexical: bool, shard: str | None = None) -> None
             Path(folder, "plan.txt").write_text(str(paths[0].parent))
             texts = sum(map(len, collection_texts(prepared)))  # the distinct texts the maps share out
         else:
-            result = run_stage(prepared, ShardSettings(shards=plan.shards, stage="reduce", cache_dir=cache))
+            # as the command line does: the reduce may drop the records once it has read them
+            own = {"let_go": True} if "let_go" in {f.name for f in dataclasses.fields(ShardSettings)} else {}
+            result = run_stage(prepared, ShardSettings(shards=plan.shards, stage="reduce", cache_dir=cache, **own))
             assert isinstance(result, tdx.Audit)
             summary = json.loads((plan.folder / "reduce.json").read_text())
             assert summary["reduce_stats_run"] == [], "the reduce computed statistics the stat tasks should have"
             result.save(Path(folder) / "out-sharded")
-            audited = len(result.negatives)
+            audited = len(result.result.negatives)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(

@@ -202,8 +202,8 @@ def test_one_audit_hashes_its_texts_into_shares_once(tmp_path, monkeypatch):
 
 def test_stat_tasks_keep_verified_values_and_a_damaged_one_is_recomputed_alone(tmp_path):
     """The statistics in 3 query shards (lexical demo): each stat task's values are on disk with a
-    marker naming each file's SHA-256 and the collection's digest. A file cut short makes that shard
-    alone missing; the reduce recomputes it (the others' markers untouched) and writes the
+    marker naming each file's SHA-256 and the collection's digest. A file cut short (values, or the
+    rows' texts) makes that shard alone missing; the reduce recomputes it (the others' markers untouched) and writes the
     one-process profile again. ``audit.stage=stats`` on a finished shard reuses it; records in
     another order are the same collection; a changed record makes every stat task stale (the
     context — ψ's IDF — is the whole collection's)."""
@@ -222,13 +222,14 @@ def test_stat_tasks_keep_verified_values_and_a_damaged_one_is_recomputed_alone(t
     assert summary["reduce_stats_run"] == [0, 1, 2] and store.missing() == []
     assert sum(m["records"] for m in summary["value_markers"]) == len(records)
     assert sum(m["negatives"] for m in summary["value_markers"]) == sum(len(r.negatives) for r in records)
-    kept = {i: store.marker(i).read_bytes() for i in (0, 2)}
-    damaged = store.values(1) / "records.parquet"
-    damaged.write_bytes(damaged.read_bytes()[:-10])
-    assert store.missing() == [1]
+    kept = {i: store.marker(i).read_bytes() for i in (0,)}
+    for shard, name in ((1, "records.parquet"), (2, "texts.parquet")):  # the values, the rows' texts
+        damaged = store.values(shard) / name
+        damaged.write_bytes(damaged.read_bytes()[:-10])
+    assert store.missing() == [1, 2]
     again = reduce_shards(prepared, plan)
-    assert reduce_summary(tmp_path, 3)["reduce_stats_run"] == [1]
-    assert {i: store.marker(i).read_bytes() for i in (0, 2)} == kept
+    assert reduce_summary(tmp_path, 3)["reduce_stats_run"] == [1, 2]
+    assert {i: store.marker(i).read_bytes() for i in (0,)} == kept
     pd.testing.assert_frame_equal(one.profile, again.profile)
     reused = run_stage(prepared, ShardSettings(shards=3, stage="stats", shard=0, cache_dir=tmp_path))
     assert isinstance(reused, dict) and reused["reused"] is True and reused["stage"] == "stats"
@@ -284,8 +285,8 @@ def test_the_reduce_computes_the_composites_from_their_columns_alone(tmp_path, m
     ones the whole values give, and the sharded profile is the one-process profile over the same
     cache. Kills: a composite that reads a column the projection drops (KeyError), the projection
     keeping every column (the vectors would sit beside every value again), composites computed from
-    the columns in another row order."""
-    from transferdx.auditing.core import COMPOSITE_COLUMNS, merge_values, values_composites
+    the columns in another row order, the shards' texts read back for the wrong rows."""
+    from transferdx.auditing.core import COMPOSITE_COLUMNS, merge_values, record_source_texts, source_composites
     from transferdx.pipeline.auditing import pooling
     from transferdx.pipeline.stat_tasks import ValueStore
 
@@ -308,8 +309,10 @@ def test_the_reduce_computes_the_composites_from_their_columns_alone(tmp_path, m
     whole = merge_values(inner(store, i) for i in range(3))
     alone = merge_values(inner(store, i, COMPOSITE_COLUMNS) for i in range(3))
     assert len(alone.negatives.columns) < len(whole.negatives.columns)
-    got = values_composites(prepared.loaded, alone, pooling(prepared))
-    assert got and got == values_composites(prepared.loaded, whole, pooling(prepared))
+    # the reduce's texts (the stat tasks' files) and the records' give the same composites
+    records = sorted(prepared.loaded.records, key=lambda r: (r.source, r.qid))
+    got = source_composites(store.texts().source, alone, pooling(prepared))
+    assert got and got == source_composites(record_source_texts(records), whole, pooling(prepared))
     assert all(row["composite_logdet"] > 0 for row in got.values())
     one = tdx.pipeline.audit_prepared(prepared)
     pd.testing.assert_frame_equal(one.profile, sharded.profile)

@@ -31,10 +31,7 @@ def run_audit(cfg: DictConfig) -> Path:
     started, out, options = time.perf_counter(), Path(cfg.output_dir), c.audit_options(cfg)
     if (work := c.shard_work_file(cfg)) is not None:  # a task that audit.stage=all launched: its work file only
         return print(p.shard_line(p.run_shard_work(work, options, c.build_encoder(cfg)))) or out
-    loaded = p.load_inputs(c.input_settings(cfg), encoder := c.build_encoder(cfg))
-    p.require_records(loaded, options.label, out)
-    kept = encoder if options.semantic else None
-    prepared = p.prepare_audit(loaded, options, encoder=kept, controls=c.self_controls(cfg))
+    prepared = c.prepared_audit(cfg, options, out)  # nothing else holds its records: a reduce can let them go
     if isinstance(result := p.run_stage(prepared, c.shard_settings(cfg)), dict):  # one map task: its marker
         return print(p.shard_line(result)) or out
     result.save(out)

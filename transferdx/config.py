@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from transferdx.diagnostics.composite import CompositeSettings
     from transferdx.diagnostics.suspicion import SuspicionSettings
     from transferdx.embed import EmbeddingCache, EncoderSpec
+    from transferdx.pipeline.auditing import PreparedAudit
     from transferdx.pipeline.settings import AnalysisSettings, AuditOptions, BenchmarkSettings, InputSettings
     from transferdx.pipeline.sharding import ShardSettings
     from transferdx.training import TrainSettings
@@ -471,6 +472,19 @@ def shard_work_file(cfg: DictConfig) -> Path | None:
     return TASKS[stage].work(ShardPlan(Path(str(folder)), int(block.get("shards", 1))), int(shard))
 
 
+def prepared_audit(cfg: DictConfig, options: AuditOptions, out: Path) -> PreparedAudit:
+    """The audit's input under ``cfg``, prepared (:func:`~transferdx.pipeline.auditing.prepare_audit`):
+    loaded, sampled, with its controls; an input with nothing to audit is an error, its exclusions
+    written to ``out`` first. Nothing else holds its records, so a sharded audit's reduce can let
+    them go (:class:`~transferdx.pipeline.sharding.ShardSettings`' ``let_go``)."""
+    from transferdx import pipeline as p
+
+    loaded = p.load_inputs(input_settings(cfg), encoder := build_encoder(cfg))
+    p.require_records(loaded, options.label, out)
+    kept = encoder if options.semantic else None
+    return p.prepare_audit(loaded, options, encoder=kept, controls=self_controls(cfg))
+
+
 def shard_settings(cfg: DictConfig) -> ShardSettings:
     """``audit.shards``, ``audit.stage``, ``audit.shard``; for ``stage: all`` over several shards, the
     maps go through the run's own ``hydra/launcher`` choice and settings
@@ -484,6 +498,7 @@ def shard_settings(cfg: DictConfig) -> ShardSettings:
         stage=str(block.get("stage", "all")),
         shard=None if shard is None else int(shard),
         cache_dir=str(cfg.paths.cache_dir),
+        let_go=True,  # the command owns its prepared audit: the reduce drops the records it has read
     )
     if s.shards > 1 and s.stage == "all":
         from hydra.core.hydra_config import HydraConfig

@@ -202,7 +202,7 @@ class ShardValues:
     text_hits: Mapping[str, np.ndarray]
 
 
-def _audit_order(frame: pd.DataFrame) -> np.ndarray:
+def audit_order(frame: pd.DataFrame) -> np.ndarray:
     """Row positions of ``frame`` (with ``source`` and ``qid``) in the audit's order, (source, qid),
     stable: a record's negatives keep their order."""
     return np.lexsort((np.arange(len(frame)), frame["qid"].to_numpy(str), frame["source"].to_numpy(str)))
@@ -231,7 +231,7 @@ def merge_values(parts: Iterable[ShardValues]) -> ShardValues:
     records = pd.concat(recs, ignore_index=True)
     negs.clear()
     recs.clear()
-    at = _audit_order(negatives)
+    at = audit_order(negatives)
     probability = None
     if all(p is not None for p in probs):
         probability = np.concatenate([p for p in probs if p is not None])[at]
@@ -239,7 +239,7 @@ def merge_values(parts: Iterable[ShardValues]) -> ShardValues:
     other = np.concatenate(others)[at]
     text_hits = {name: np.concatenate([h[name] for h in hits])[at] for name in hits[0]}
     negatives = negatives.take(at).reset_index(drop=True)
-    records = records.take(_audit_order(records)).reset_index(drop=True)
+    records = records.take(audit_order(records)).reset_index(drop=True)
     # categories again: shards with other distinct values concatenate to strings
     return ShardValues(as_categories(negatives), as_categories(records), probability, other, text_hits)
 
@@ -400,6 +400,10 @@ COMPOSITE_COLUMNS = {
 }
 
 
+# a column of texts, one per row: a list of the records' strings, or an object array of them
+TextColumn = Sequence[str] | np.ndarray
+
+
 def audit_values(
     loaded: LoadResult,
     values: ShardValues,
@@ -411,46 +415,113 @@ def audit_values(
     on those records with the same settings, bit for bit (tests: DL19 in 1–4 query shards). The
     composite reads each source's vectors from ``pooling.encoder``'s cache, one source at a time
     (:func:`source_composites`), so the whole collection's vectors are never held at once;
-    ``composites``: :func:`values_composites` computed before (e.g. on the values' composite columns
-    alone), so that the vectors and every value are never held together.
+    ``composites``: computed before (e.g. on the values' composite columns alone), so that the
+    vectors and every value are never held together. A reduce that no longer holds the records
+    calls :func:`pooled_values` with their texts read elsewhere.
     Raises ValueError when ``values`` are not those of ``loaded``'s records (another input, a shard
     missing)."""
-    records = _checked_records(loaded, values, pooling)
-    if composites is None:
-        extra = _source_composites(records, values, pooling)
-    else:
-        extra = {name: dict(row) for name, row in composites.items()}
-    return _pooled(loaded, values, extra, pooling, _described(records, loaded, pooling), record_texts(records))
-
-
-def values_composites(
-    loaded: LoadResult, values: ShardValues, pooling: Pooling = Pooling()
-) -> dict[str, dict[str, Any]]:
-    """The composites :func:`audit_values` computes for ``loaded`` from ``values``, which need only
-    :data:`COMPOSITE_COLUMNS` (empty for a lexical audit or without ``pooling.encoder``)."""
-    return _source_composites(_checked_records(loaded, values, pooling), values, pooling)
-
-
-def _checked_records(loaded: LoadResult, values: ShardValues, pooling: Pooling) -> list[Record]:
-    """``loaded``'s records in the audit's order, after checking that ``values`` are their rows."""
     records = _sorted_records(loaded.records, pooling.kinds)
+    check_keys(values, record_keys(records))
+    if composites is None:
+        composites = source_composites(record_source_texts(records), values, pooling)
+    texts, descriptors = record_texts(records), _described(records, loaded, pooling)
+    return pooled_values(loaded, values, pooling, composites, descriptors, texts)
+
+
+def pooled_values(
+    loaded: LoadResult,
+    values: ShardValues,
+    pooling: Pooling,
+    composites: Mapping[str, Mapping[str, Any]],
+    descriptors: dict[str, dict[str, Any]],
+    texts: SuspectTexts,
+) -> AuditResult:
+    """:func:`audit_values` given what it reads off the records — each source's composite
+    (:func:`source_composites`), the descriptors (:func:`describe`) and the suspects' texts — so
+    that ``loaded`` needs no record: its exclusions, descriptors as loaded, judged false negatives
+    and relevance grade. ``values``: every row, in the audit's order (:func:`merge_values`)."""
+    return _pooled(loaded, values, {name: dict(row) for name, row in composites.items()}, pooling, descriptors, texts)
+
+
+@dataclass(frozen=True)
+class RecordKeys:
+    """What identifies the records an audit's values belong to, without holding them: how many
+    records and negatives, and SHA-256 over each record's (source, qid) in the audit's order."""
+
+    n_records: int
+    n_negatives: int
+    digest: str
+
+
+def _keys_digest(sources: Iterable[str], qids: Iterable[str]) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    for source, qid in zip(sources, qids, strict=True):
+        digest.update(f"{source}\x00{qid}\n".encode())
+    return digest.hexdigest()
+
+
+def record_keys(records: Sequence[Record]) -> RecordKeys:
+    """:class:`RecordKeys` of ``records`` (in the audit's order)."""
+    n_negatives = sum(len(r.negatives) for r in records)
+    return RecordKeys(len(records), n_negatives, _keys_digest((r.source for r in records), (r.qid for r in records)))
+
+
+def check_keys(values: ShardValues, keys: RecordKeys) -> None:
+    """ValueError unless ``values`` are the rows of the records ``keys`` names (a shard missing,
+    another input's values, or rows out of the audit's order)."""
     got = values.records
-    if len(got) != len(records) or len(values.negatives) != sum(len(r.negatives) for r in records):
+    if len(got) != keys.n_records or len(values.negatives) != keys.n_negatives:
         raise ValueError(
             f"the values hold {len(got)} records and {len(values.negatives)} negatives; the input has "
-            f"{len(records)} records: a shard is missing or the values are another input's"
+            f"{keys.n_records} records: a shard is missing or the values are another input's"
         )
-    same = np.array_equal(got["qid"].to_numpy(str), np.array([r.qid for r in records], dtype=str))
-    if not same or not np.array_equal(got["source"].to_numpy(str), np.array([r.source for r in records], dtype=str)):
+    if _keys_digest(got["source"].astype(str), got["qid"].astype(str)) != keys.digest:
         raise ValueError("the values' (source, qid) rows are not the input's records: they are another input's")
-    return records
 
 
-def _source_composites(records: Sequence[Record], values: ShardValues, pooling: Pooling) -> dict[str, dict[str, Any]]:
-    """:func:`source_composites` when the audit is semantic (an encoder, s(q,n) among the values)."""
-    if pooling.encoder is not None and "s_qn" in values.negatives:
-        return source_composites(records, values, pooling)
-    return {}
+def input_facts(loaded: LoadResult, pooling: Pooling) -> tuple[RecordKeys, dict[str, dict[str, Any]]]:
+    """What :func:`pooled_values` reads of ``loaded``'s records besides their texts: their keys (the
+    values are checked against them) and the descriptors (:func:`describe`) — so that a reduce can
+    let the records go before it pools."""
+    records = _sorted_records(loaded.records, pooling.kinds)
+    return record_keys(records), _described(records, loaded, pooling)
+
+
+# a negative's texts in the audit's result: (rows of its per-negative frame) → their queries and
+# their negatives' texts (``Audit.negatives``)
+NegativeTexts = Callable[[np.ndarray], tuple[TextColumn, TextColumn]]
+
+
+def record_negative_texts(records: Sequence[Record]) -> NegativeTexts:
+    """:data:`NegativeTexts` read from ``records`` (in the audit's order): their own strings."""
+    counts = np.fromiter((len(r.negatives) for r in records), dtype=np.int64, count=len(records))
+    starts = np.cumsum(counts) - counts
+
+    def texts(rows: np.ndarray) -> tuple[TextColumn, TextColumn]:
+        owner = np.searchsorted(starts, rows, side="right") - 1
+        recs = [records[i] for i in owner.tolist()]
+        k = (np.asarray(rows) - starts[owner]).tolist()
+        return [r.query for r in recs], [r.negatives[j].text for r, j in zip(recs, k, strict=True)]
+
+    return texts
+
+
+# a source's texts for its composite: (its records, as rows of the audit's per-record frame, in
+# order) → per record its query and positives[0], and the texts of those records' negatives in order
+SourceTexts = Callable[[np.ndarray], tuple[TextColumn, TextColumn, TextColumn]]
+
+
+def record_source_texts(records: Sequence[Record]) -> SourceTexts:
+    """:data:`SourceTexts` read from ``records`` (in the audit's order): their own strings."""
+
+    def texts(rows: np.ndarray) -> tuple[TextColumn, TextColumn, TextColumn]:
+        recs = [records[i] for i in rows.tolist()]
+        negatives = [n.text for r in recs for n in r.negatives]
+        return [r.query for r in recs], [r.positives[0].text for r in recs], negatives
+
+    return texts
 
 
 def source_vectors(records: Sequence[Record], encoder: EmbeddingCache) -> Vectors:
@@ -462,41 +533,51 @@ def source_vectors(records: Sequence[Record], encoder: EmbeddingCache) -> Vector
 def _gathers(
     records: Sequence[Record], encoder: EmbeddingCache, background: Sequence[str] = ()
 ) -> tuple[Vectors, np.ndarray]:
-    """:func:`source_vectors` of ``records``, and the vectors of the ``background`` texts (rows in
-    its order): one request to the cache for the distinct queries, one for the distinct passages —
-    positives[0], the negatives, then the background — so each distinct text's vector is held once."""
-    queries = list(dict.fromkeys(r.query for r in records))
-    passages = list(
-        dict.fromkeys(
-            [r.positives[0].text for r in records] + [n.text for r in records for n in r.negatives] + list(background)
-        )
-    )
-    q_vec = encoder.embed(queries, "query")
+    """:func:`source_vectors` of ``records``, and the vectors of the ``background`` texts."""
+    negatives = [n.text for r in records for n in r.negatives]
+    queries, positives = [r.query for r in records], [r.positives[0].text for r in records]
+    return text_gathers(queries, positives, negatives, encoder, background)
+
+
+def text_gathers(
+    queries: TextColumn,
+    positives: TextColumn,
+    negatives: TextColumn,
+    encoder: EmbeddingCache,
+    background: Sequence[str] = (),
+) -> tuple[Vectors, np.ndarray]:
+    """(e_q, e_p, e_n) of records given per record its query and positives[0] and their negatives'
+    texts, and the vectors of the ``background`` texts (rows in its order): one request to the cache
+    for the distinct queries, one for the distinct passages — positives[0], the negatives, then the
+    background, each in first-seen order — so each distinct text's vector is held once."""
+    distinct_queries = list(dict.fromkeys(queries))
+    passages = list(dict.fromkeys([*positives, *negatives, *background]))
+    q_vec = encoder.embed(distinct_queries, "query")
     p_vec = encoder.embed(passages, "passage")
-    q_at = {t: i for i, t in enumerate(queries)}
+    q_at = {t: i for i, t in enumerate(distinct_queries)}
     p_at = {t: i for i, t in enumerate(passages)}
-    n_neg = sum(len(r.negatives) for r in records)
-    q_rows = np.fromiter((q_at[r.query] for r in records), dtype=np.int64, count=len(records))
-    p_rows = np.fromiter((p_at[r.positives[0].text] for r in records), dtype=np.int64, count=len(records))
-    n_rows = np.fromiter((p_at[n.text] for r in records for n in r.negatives), dtype=np.int64, count=n_neg)
+    q_rows = np.fromiter((q_at[t] for t in queries), dtype=np.int64, count=len(queries))
+    p_rows = np.fromiter((p_at[t] for t in positives), dtype=np.int64, count=len(positives))
+    n_rows = np.fromiter((p_at[t] for t in negatives), dtype=np.int64, count=len(negatives))
     bg = p_vec[[p_at[t] for t in background]]
     return (IndexedRows(q_vec, q_rows), IndexedRows(p_vec, p_rows), IndexedRows(p_vec, n_rows)), bg
 
 
-def source_composites(records: Sequence[Record], values: ShardValues, pooling: Pooling) -> dict[str, dict[str, Any]]:
-    """:func:`_composites` of each source of ``records`` (in the audit's order, ``values`` theirs),
-    its vectors read from ``pooling.encoder``'s cache (:func:`source_vectors`) and let go before the
-    next source's:
-    a source's composite and CI depend only on its own rows, so they are the ones the whole
-    collection's vectors give."""
-    if pooling.encoder is None:
-        raise ValueError("the composite reads the sources' vectors: give pooling.encoder")
+def source_composites(texts: SourceTexts, values: ShardValues, pooling: Pooling) -> dict[str, dict[str, Any]]:
+    """:func:`_composites` of each source (``values`` in the audit's order; empty for a lexical audit
+    or without ``pooling.encoder``), its vectors read from ``pooling.encoder``'s cache for the texts
+    ``texts`` gives (:func:`text_gathers`; the records' own, or a reduce's from the stat tasks'
+    files) and let go before the next source's: a source's composite and CI depend only on its own
+    rows, so they are the ones the whole collection's vectors give. Needs only
+    :data:`COMPOSITE_COLUMNS`."""
+    if pooling.encoder is None or "s_qn" not in values.negatives:
+        return {}
     sources = values.records["source"].to_numpy(str)
     neg_sources = values.negatives["source"].to_numpy(str)
     out: dict[str, dict[str, Any]] = {}
     for name in sorted(set(sources.tolist())):
         rec_rows, neg_rows = np.flatnonzero(sources == name), np.flatnonzero(neg_sources == name)
-        vectors = source_vectors([records[i] for i in rec_rows.tolist()], pooling.encoder)
+        vectors = text_gathers(*texts(rec_rows), pooling.encoder)[0]
         out.update(
             _composites(
                 values.negatives.iloc[neg_rows],
@@ -514,14 +595,14 @@ def source_composites(records: Sequence[Record], values: ShardValues, pooling: P
 
 # the suspects' three texts: (each suspect's record, as a row of the audit's per-record frame; its
 # negative's index in the record) → (queries, positives[0], negatives), one per suspect
-SuspectTexts = Callable[[np.ndarray, np.ndarray], tuple[Sequence[str], Sequence[str], Sequence[str]]]
+SuspectTexts = Callable[[np.ndarray, np.ndarray], tuple[TextColumn, TextColumn, TextColumn]]
 
 
 def record_texts(records: Sequence[Record]) -> SuspectTexts:
     """:data:`SuspectTexts` read from ``records`` (in the audit's order): their own string objects,
     not copies."""
 
-    def texts(at: np.ndarray, neg_index: np.ndarray) -> tuple[Sequence[str], Sequence[str], Sequence[str]]:
+    def texts(at: np.ndarray, neg_index: np.ndarray) -> tuple[TextColumn, TextColumn, TextColumn]:
         recs = [records[i] for i in at]
         negs = [r.negatives[int(k)].text for r, k in zip(recs, neg_index, strict=True)]
         return [r.query for r in recs], [r.positives[0].text for r in recs], negs
@@ -651,7 +732,7 @@ def judged_evaluation(
     return {"status": "measured", **result}
 
 
-def _held(texts: Sequence[str]) -> pd.Series:
+def _held(texts: TextColumn) -> pd.Series:
     """A column of the records' own text objects (object dtype): pandas ≥ 3 would copy each text
     into a new string array (about 1 kB a suspect measured at 2·10⁵ negatives; the suspects table was
     the audit's largest holder after the values)."""

@@ -11,11 +11,11 @@ import numpy as np
 import pandas as pd
 
 from transferdx.artifacts import owned_folder
-from transferdx.auditing.core import AuditResult
+from transferdx.auditing.core import AuditResult, NegativeTexts
 from transferdx.auditing.report import exclusions_frame, write_audit
 from transferdx.auditing.verdict import audit_facts, legend_lines, verdict_lines
 from transferdx.display import audit_markdown, audit_repr
-from transferdx.inputs.records import KINDS, Record
+from transferdx.inputs.records import KINDS
 from transferdx.inputs.texts import text_column
 
 
@@ -41,13 +41,14 @@ class Audit:
     the user's own (genuine) sources'; ``control_suspects`` is ``control_suspects.csv``, the
     controls' the audit built. ``negatives`` is the genuine sources' too; ``negatives_of(kind)`` /
     ``suspects_of(kind)`` give ``"control"`` or every source's (``"all"``: what ``negatives.csv``
-    holds). ``input_path``: the input the audit read (a path is kept absolute), named by the
-    command the verdict says; None: the name in ``settings``. In a notebook it shows the verdict
-    and a compact profile."""
+    holds). ``texts``: where the negatives' query and text come from (the records', or a sharded
+    audit's stat tasks' files; None: no text columns). ``input_path``: the input the audit read (a
+    path is kept absolute), named by the command the verdict says; None: the name in ``settings``.
+    In a notebook it shows the verdict and a compact profile."""
 
     result: AuditResult
     settings: Mapping[str, Any] = field(default_factory=dict)
-    texts: Mapping[tuple[str, str], Record] = field(default_factory=dict, repr=False)
+    texts: NegativeTexts | None = field(default=None, repr=False)
     input_path: str | None = None
 
     def __post_init__(self) -> None:
@@ -74,17 +75,15 @@ class Audit:
     def negatives_of(self, kind: str = "genuine") -> pd.DataFrame:
         """The negatives of the sources of ``kind``: ``genuine`` | ``control`` | ``all``, with texts."""
         full = self.result.negatives
-        frame = _rows(full, self._of_kind(full, kind))
-        if not self.texts or frame.empty:
+        keep = self._of_kind(full, kind)
+        frame = _rows(full, keep)
+        if self.texts is None or frame.empty:
             return frame
-        keys = list(zip(frame["source"], frame["qid"], strict=True))
+        query, text = self.texts(np.flatnonzero(keep))
         # categorical columns: codes into the distinct texts, so each text is held once however many
         # negatives share it (a plain str column would copy every occurrence)
-        frame["query"] = text_column(self.texts[k].query if k in self.texts else None for k in keys)
-        frame["text"] = text_column(
-            self.texts[k].negatives[i].text if k in self.texts else None
-            for k, i in zip(keys, frame["neg_index"], strict=True)
-        )
+        frame["query"] = text_column(query)
+        frame["text"] = text_column(text)
         return frame
 
     @property

@@ -11,7 +11,15 @@ from pathlib import Path
 from typing import Any
 
 from transferdx.artifacts import atomic_write_text, csv_text, safe_join
-from transferdx.auditing.core import AuditResult, Pooling, SemanticSettings, ShardValues, audit_records, audit_values
+from transferdx.auditing.core import (
+    AuditResult,
+    Pooling,
+    SemanticSettings,
+    ShardValues,
+    audit_records,
+    audit_values,
+    record_negative_texts,
+)
 from transferdx.auditing.report import exclusions_frame
 from transferdx.auditing.result import Audit
 from transferdx.embed import EmbeddingCache
@@ -90,6 +98,15 @@ class PreparedAudit:
     encoder: EmbeddingCache | None
     settings: dict[str, Any]
 
+    def let_go(self) -> None:
+        """Drop the records (and what the loader kept beside them): this prepared audit is spent —
+        its ``loaded`` keeps the exclusions, the descriptors as loaded, the judged false negatives
+        and the relevance grade. For a sharded audit's reduce that owns it: everything it still
+        reads of the records it has read (digests, descriptors), the rows' texts come from the stat
+        tasks' files, and whoever else holds this object no longer keeps the records alive."""
+        spent = dataclasses.replace(self.loaded, records=[], tables=[], unwritable=[], origins={})
+        object.__setattr__(self, "loaded", spent)
+
 
 def prepare_audit(
     records: str | Path | LoadResult | Sequence[Record] | Any,
@@ -162,8 +179,8 @@ def audit_prepared_values(
 
 
 def _audit(prepared: PreparedAudit, result: AuditResult) -> Audit:
-    texts = {(r.source, r.qid): r for r in prepared.loaded.records}
-    return Audit(result, prepared.settings, texts, input_path=prepared.options.label)
+    records = sorted(prepared.loaded.records, key=lambda r: (r.source, r.qid))  # the result's order
+    return Audit(result, prepared.settings, record_negative_texts(records), input_path=prepared.options.label)
 
 
 def audit(

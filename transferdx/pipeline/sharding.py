@@ -46,16 +46,18 @@ from pathlib import Path
 from typing import Any
 
 from transferdx.artifacts import atomic_write_bytes, atomic_write_text, canonical_json, content_hash
-from transferdx.auditing.core import COMPOSITE_COLUMNS, background_texts, merge_values, values_composites
+from transferdx.auditing.core import (
+    COMPOSITE_COLUMNS,
+    background_texts,
+    check_keys,
+    input_facts,
+    merge_values,
+    pooled_values,
+    source_composites,
+)
 from transferdx.auditing.result import Audit
 from transferdx.embed.cache import EmbeddingCache, text_key
-from transferdx.pipeline.auditing import (
-    PreparedAudit,
-    audit_prepared,
-    audit_prepared_values,
-    pooling,
-    prepare_audit,
-)
+from transferdx.pipeline.auditing import PreparedAudit, audit_prepared, pooling, prepare_audit
 from transferdx.pipeline.encoders import EncoderLike
 from transferdx.pipeline.partition import shard_of as shard_of  # re-exported: the maps' partition
 from transferdx.pipeline.partition import shard_of_key
@@ -149,6 +151,11 @@ class ShardPlan:
             object.__setattr__(self, "_store", (prepared, value_store(prepared, self.folder, self.shards)))
         assert self._store is not None
         return self._store[1]
+
+    def forget(self) -> None:
+        """Let go of the text shares computed for a prepared audit (every distinct text of the
+        collection, and its cache key), once the digests are taken."""
+        object.__setattr__(self, "_shares", None)
 
     def marker(self, shard: int) -> Path:
         return self.folder / f"shard-{shard:04d}-of-{self.shards:04d}.json"
@@ -295,14 +302,20 @@ def reduce_shards(
     plan: ShardPlan,
     digests: Sequence[str] | None = None,
     run_stats: StatsRunner | None = None,
+    let_go: bool = False,
 ) -> Audit:
     """The reduce: every map's marker must match its share of the texts (else
     :class:`ShardsIncomplete` naming the missing ones and how to run them); then the stat tasks
     still missing (:mod:`transferdx.pipeline.stat_tasks`; through ``run_stats``, default this
-    process), each source's composite from the values' composite columns alone (its vectors read
-    back one source at a time), and the audit from every value: merged in the audit's order, pooled
-    (:func:`~transferdx.pipeline.auditing.audit_prepared_values`) — the one-process audit's bytes.
-    ``digests``: :func:`shard_digests` when the caller has them (the texts are hashed once).
+    process), and the audit from their files alone: each source's composite from the values'
+    composite columns (its vectors read back one source at a time, for its texts read from the
+    shards' files), then every value merged in the audit's order and pooled
+    (:func:`~transferdx.auditing.core.pooled_values`), the suspects' texts and the returned audit's
+    read from the shards' files too (:mod:`transferdx.pipeline.store_texts`) — the one-process
+    audit's bytes. Of the records it reads only the digests, the descriptors and the (source, qid)
+    keys the values are checked against, before it pools; ``let_go``: then drop them
+    (:meth:`PreparedAudit.let_go`: ``prepared`` is spent), so that the input is not held beside the
+    values. ``digests``: :func:`shard_digests` when the caller has them (the texts are hashed once).
     A summary (``reduce.json``: shards, texts the reduce encoded, seconds, peak memory) is written
     beside the markers, not among the artifacts, so that those stay the one-process bytes."""
     missing = missing_shards(prepared, plan, digests)
@@ -325,12 +338,23 @@ def reduce_shards(
                 f"{','.join(map(str, still[:20]))}; rerun audit.stage=all or audit.stage=reduce"
             )
     stats_seconds = round(time.perf_counter() - started, 3)
+    p = pooling(prepared)
+    keys, descriptors = input_facts(prepared.loaded, p)
+    if let_go:
+        prepared.let_go()
+        plan.forget()
+    texts = store.texts()
     # the composites first, from their columns alone, so that a source's vectors are never held
     # beside every value; then every value, merged once
-    composites = values_composites(
-        prepared.loaded, merge_values(read_values(store, COMPOSITE_COLUMNS)), pooling(prepared)
-    )
-    result = audit_prepared_values(prepared, merge_values(read_values(store)), composites)
+    composite_values = merge_values(read_values(store, COMPOSITE_COLUMNS))
+    check_keys(composite_values, keys)
+    composites = source_composites(texts.source, composite_values, p)
+    del composite_values
+    values = merge_values(read_values(store))
+    check_keys(values, keys)
+    result = pooled_values(prepared.loaded, values, p, composites, descriptors, texts.records)
+    del values
+    audit = Audit(result, prepared.settings, texts.negatives, input_path=prepared.options.label)
     summary = {
         "shards": plan.shards,
         "reduce_encoded_texts": (cache.encoded_texts - before) if cache is not None else 0,
@@ -342,7 +366,7 @@ def reduce_shards(
         "value_markers": [json.loads(store.marker(i).read_text(encoding="utf-8")) for i in range(plan.shards)],
     }
     atomic_write_text(plan.folder / "reduce.json", canonical_json(summary))
-    return result
+    return audit
 
 
 def shard_line(marker: dict[str, Any]) -> str:
@@ -407,7 +431,7 @@ def audit_sharded(
     process, one after another), then :func:`reduce_shards` (the stat tasks missing in this process,
     in one pass). Same arguments and the same result as ``audit``."""
     prepared = prepare_audit(records, options, encoder=encoder, cache_dir=cache_dir, controls=controls, **overrides)
-    settings = ShardSettings(shards=shards, run_maps=run_maps, cache_dir=cache_dir)
+    settings = ShardSettings(shards=shards, run_maps=run_maps, cache_dir=cache_dir, let_go=True)
     return _stage_all(prepared, shard_plan(prepared, shards, cache_dir), settings)
 
 
@@ -416,7 +440,10 @@ class ShardSettings:
     """How an audit is split: ``shards`` (1: the one-process audit), ``stage`` (``all``: the maps
     still missing, through ``run_maps``, the stat tasks still missing, through ``run_stats``, then the
     reduce; ``map``: map ``shard`` only; ``stats``: stat task ``shard`` only; ``reduce``: the reduce,
-    with any stat task still missing), and the cache folder that keeps a lexical audit's markers."""
+    with any stat task still missing), the cache folder that keeps a lexical audit's markers, and
+    ``let_go``: the reduce may drop the prepared audit's records once it has read what it needs of
+    them (:meth:`~transferdx.pipeline.auditing.PreparedAudit.let_go`; the caller then holds a spent
+    prepared audit) — the command line's and :func:`audit_sharded`'s, which own theirs."""
 
     shards: int = 1
     stage: str = "all"
@@ -424,13 +451,14 @@ class ShardSettings:
     run_maps: MapRunner = run_maps_here
     cache_dir: str | Path | None = None
     run_stats: StatsRunner = run_stats_here
+    let_go: bool = False
 
 
 def _stage_all(prepared: PreparedAudit, plan: ShardPlan, s: ShardSettings) -> Audit:
     digests = shard_digests(prepared, plan)  # the shares hashed once (plan.shares): maps and reduce reuse them
     if missing := missing_shards(prepared, plan, digests):
         s.run_maps(prepared, plan, missing)
-    return reduce_shards(prepared, plan, digests, s.run_stats)
+    return reduce_shards(prepared, plan, digests, s.run_stats, s.let_go)
 
 
 def _stage_stats(prepared: PreparedAudit, plan: ShardPlan, s: ShardSettings) -> dict[str, Any]:
@@ -454,7 +482,7 @@ STAGES: dict[str, Callable[[PreparedAudit, ShardPlan, ShardSettings], Audit | di
     "all": _stage_all,
     "map": _stage_map,
     "stats": _stage_stats,
-    "reduce": lambda prepared, plan, s: reduce_shards(prepared, plan, run_stats=s.run_stats),
+    "reduce": lambda prepared, plan, s: reduce_shards(prepared, plan, run_stats=s.run_stats, let_go=s.let_go),
 }
 
 

@@ -60,9 +60,10 @@ from transferdx.pipeline.auditing import PreparedAudit
 from transferdx.pipeline.encoders import make_tokenizer
 from transferdx.pipeline.partition import shard_of
 from transferdx.pipeline.settings import AuditOptions
+from transferdx.pipeline.store_texts import TEXT_FILES, StoreTexts, row_texts, store_texts, write_row_texts
 
-VALUES_VERSION = 2  # 2: the text reasons among the arrays (1: none)
-VALUE_FILES = ("negatives.parquet", "records.parquet", "arrays.npz")
+VALUES_VERSION = 3  # 3: the rows' texts (2: without; 1: without the text reasons among the arrays)
+VALUE_FILES = ("negatives.parquet", "records.parquet", "arrays.npz", *TEXT_FILES)
 TEXT_PREFIX = "text_"  # arrays.npz: text_<reason>, each text reason's hits per negative
 
 
@@ -133,10 +134,14 @@ class ValueStore:
         """The stat tasks without a valid marker and files."""
         return [i for i in range(self.shards) if self.done(i) is None]
 
-    def write(self, shard: int, values: ShardValues, started: float) -> dict[str, Any]:
-        """Write ``values`` (shard ``shard``'s rows) into their folder (published whole, atomically),
-        then the marker with each file's SHA-256."""
+    def write(self, shard: int, values: ShardValues, records: Sequence[Record], started: float) -> dict[str, Any]:
+        """Write ``values`` (shard ``shard``'s rows) and their ``records``' texts
+        (:func:`~transferdx.pipeline.store_texts.write_row_texts`; ``records`` in the values' order)
+        into their folder (published whole, atomically), then the marker with each file's SHA-256."""
+        if len(records) != len(values.records):
+            raise ValueError(f"stat task {shard}: {len(records)} records for {len(values.records)} rows of values")
         with atomic_folder(self.values(shard)) as out:
+            write_row_texts(out, row_texts(records))
             values.negatives.to_parquet(out / "negatives.parquet", index=False)
             values.records.to_parquet(out / "records.parquet", index=False)
             arrays: dict[str, Any] = {"other_positive": values.other_positive}
@@ -160,6 +165,10 @@ class ValueStore:
         }
         atomic_write_text(self.marker(shard), canonical_json(record))
         return record
+
+    def texts(self) -> StoreTexts:
+        """The rows' texts of every stat task (the reduce's, in the merged values' order)."""
+        return store_texts([self.values(i) for i in range(self.shards)])
 
     def read(self, shard: int, columns: Mapping[str, Sequence[str]] | None = None) -> ShardValues:
         """Shard ``shard``'s values as :meth:`write` wrote them (no pickle: Parquet and plain arrays);
@@ -259,10 +268,16 @@ def compute_stats(
         if not 0 <= i < store.shards:
             raise ValueError(f"audit.shard must be in 0 … {store.shards - 1}, got {i}")
     started = time.perf_counter()
-    records = [r for part in _query_parts(prepared.loaded.records, store.shards, todo).values() for r in part]
+    parts = _query_parts(prepared.loaded.records, store.shards, todo)
+    records = [r for part in parts.values() for r in part]
     values = _values_of(prepared.options, prepared.encoder, records, context or prepared_context(prepared))
     del records
-    return [store.write(i, _rows_of(values, store.shards, i), started) for i in todo]
+    return [store.write(i, _rows_of(values, store.shards, i), _in_audit_order(parts[i]), started) for i in todo]
+
+
+def _in_audit_order(records: Sequence[Record]) -> list[Record]:
+    """``records`` in the order their values have: (source, qid), stable."""
+    return sorted(records, key=lambda r: (r.source, r.qid))
 
 
 def _passage_row(p: Passage) -> list[Any]:
@@ -361,7 +376,7 @@ def stats_from_work(path: str | Path, options: AuditOptions, encoder: EmbeddingC
     if (done := store.done(shard)) is not None:
         return {**done, "reused": True}
     values = _values_of(options, encoder, records, read_context(store.context(), store.digest))
-    return {**store.write(shard, values, started), "reused": False}
+    return {**store.write(shard, values, _in_audit_order(records), started), "reused": False}
 
 
 def read_values(store: ValueStore, columns: Mapping[str, Sequence[str]] | None = None) -> Iterator[ShardValues]:
