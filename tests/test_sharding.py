@@ -223,7 +223,7 @@ def test_stat_tasks_keep_verified_values_and_a_damaged_one_is_recomputed_alone(t
     assert sum(m["records"] for m in summary["value_markers"]) == len(records)
     assert sum(m["negatives"] for m in summary["value_markers"]) == sum(len(r.negatives) for r in records)
     kept = {i: store.marker(i).read_bytes() for i in (0,)}
-    for shard, name in ((1, "records.parquet"), (2, "texts.parquet")):  # the values, the rows' texts
+    for shard, name in ((1, "records.parquet"), (2, "texts.bin")):  # the values, the rows' texts
         damaged = store.values(shard) / name
         damaged.write_bytes(damaged.read_bytes()[:-10])
     assert store.missing() == [1, 2]
