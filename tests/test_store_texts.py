@@ -76,17 +76,18 @@ def test_the_shards_texts_are_the_records_texts(tmp_path, shards):
 
 def test_the_reduce_lets_the_records_go_and_its_audit_keeps_every_text(tmp_path, monkeypatch):
     """``audit_sharded`` owns its prepared audit: once the reduce has read the digests, the
-    descriptors and the keys, no ``Record`` is alive when the composites start (counted among the
-    objects the garbage collector tracks); ``reduce_shards`` on a prepared audit its caller keeps
+    descriptors and the keys, no ``Record`` or ``Passage`` is alive when the composites start
+    (counted among the objects the garbage collector tracks; the loaders' pools of distinct
+    passages and texts swept); ``reduce_shards`` on a prepared audit its caller keeps
     (``let_go`` false) leaves them. Either way the audit's negatives carry the one-process texts.
     Kills: the records still held (by the prepared audit, or ``audit_sharded`` not letting them
-    go), texts that come from the records."""
+    go), their passages still pooled, texts that come from the records."""
     counts: list[int] = []
     inner = sharding.source_composites
 
     def counted(*args, **kwargs):
         gc.collect()
-        counts.append(sum(isinstance(o, Record) for o in gc.get_objects()))
+        counts.append(sum(isinstance(o, (Record, Passage)) for o in gc.get_objects()))
         return inner(*args, **kwargs)
 
     monkeypatch.setattr(sharding, "source_composites", counted)

@@ -24,6 +24,7 @@ from transferdx.auditing.report import exclusions_frame
 from transferdx.auditing.result import Audit
 from transferdx.embed import EmbeddingCache
 from transferdx.inputs.records import LoadResult, Record, sample_queries
+from transferdx.inputs.texts import sweep
 from transferdx.pipeline.encoders import EncoderLike, make_encoder, make_tokenizer
 from transferdx.pipeline.loading import load, with_self_controls
 from transferdx.pipeline.settings import AuditOptions
@@ -106,6 +107,7 @@ class PreparedAudit:
         tasks' files, and whoever else holds this object no longer keeps the records alive."""
         spent = dataclasses.replace(self.loaded, records=[], tables=[], unwritable=[], origins={})
         object.__setattr__(self, "loaded", spent)
+        sweep()  # the loaders' pools of distinct texts and passages would keep them alive
 
 
 def prepare_audit(
