@@ -81,7 +81,8 @@ def test_the_reduce_lets_the_records_go_and_its_audit_keeps_every_text(tmp_path,
     passages and texts swept); ``reduce_shards`` on a prepared audit its caller keeps
     (``let_go`` false) leaves them. Either way the audit's negatives carry the one-process texts.
     Kills: the records still held (by the prepared audit, or ``audit_sharded`` not letting them
-    go), their passages still pooled, texts that come from the records."""
+    go), their passages still pooled, the pools swept while the plan's text shares still hold every
+    text (then none is dropped), texts that come from the records."""
     counts: list[int] = []
     inner = sharding.source_composites
 
@@ -91,9 +92,18 @@ def test_the_reduce_lets_the_records_go_and_its_audit_keeps_every_text(tmp_path,
         return inner(*args, **kwargs)
 
     monkeypatch.setattr(sharding, "source_composites", counted)
+    shares_at_sweep: list[int] = []  # the plan's text shares hold every text: gone before the pools' sweep
+    sweep = tdx.pipeline.auditing.sweep
+
+    def swept() -> None:
+        gc.collect()
+        shares_at_sweep.append(sum(isinstance(o, sharding.TextShare) for o in gc.get_objects()))
+        sweep()
+
+    monkeypatch.setattr(tdx.pipeline.auditing, "sweep", swept)
     kw = {"cache_dir": tmp_path, "controls": "none", **LEXICAL}
     sharded = audit_sharded("demo", shards=3, **kw)
-    assert counts == [0]
+    assert counts == [0] and shares_at_sweep == [0]
     one = tdx.audit("demo", **kw)
     assert list(sharded.negatives["text"]) == list(one.negatives["text"])
     assert list(sharded.negatives["query"]) == list(one.negatives["query"])

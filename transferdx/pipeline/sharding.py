@@ -340,9 +340,9 @@ def reduce_shards(
     stats_seconds = round(time.perf_counter() - started, 3)
     p = pooling(prepared)
     keys, descriptors = input_facts(prepared.loaded, p)
-    if let_go:
-        prepared.let_go()
+    if let_go:  # the shares first: they hold every distinct text, which the pools' sweep would keep
         plan.forget()
+        prepared.let_go()
     texts = store.texts()
     # the composites first, from their columns alone, so that a source's vectors are never held
     # beside every value; then every value, merged once
