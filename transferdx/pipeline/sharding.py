@@ -12,11 +12,12 @@ its share from a work file that ``audit.stage=all`` wrote after loading the inpu
 marker (``shard-<i>-of-<N>.json``: the digest of its share, counts, encoded texts, seconds, peak
 memory) in the plan's folder, ``<cache_dir>/audit-shards/<plan key>/``. Then N **stat tasks**
 (:mod:`transferdx.pipeline.stat_tasks`) split the *records* by query and write each shard's per-row
-values, and the **reduce** (:func:`reduce_shards`) checks that every map's marker is there and
-matches the share it computes from the records it loads, computes the stat tasks still missing, and
-pools their merged values (:func:`~transferdx.pipeline.auditing.audit_prepared_values`): it encodes
-nothing, and its artifacts are the one-process audit's bytes, whatever N, because the shards' rows
-are the whole collection's bit for bit and the pooled steps are the one-process code (tests: DL19 in
+values and texts, and the **reduce** (:func:`reduce_shards`) checks that every map's marker is there
+and matches the share it computes from the records it loads, computes the stat tasks still missing,
+reads the descriptors, lets the records go (where it owns them) and pools the merged values
+(:func:`~transferdx.auditing.core.pooled_values`), every text read from the stat tasks' files: it
+encodes nothing, and its artifacts are the one-process audit's bytes, whatever N, because the
+shards' rows are the whole collection's bit for bit and the pooled steps are the one-process code (tests: DL19 in
 1–4 shards, a sentence-transformers Parquet file through joblib and submitit, the demo as a SLURM
 array). A re-submission runs only the shards without a valid marker — after an edit of the input,
 only the maps whose share of texts changed (and every stat task: their context is the whole
@@ -25,7 +26,8 @@ rest.
 
 What the maps split is the encoder, the part of a semantic audit that grows with the collection and
 needs an accelerator (measured shares: docs/benchmarks.md); the stat tasks split ψ's tokenisation and
-the per-negative scores; the reduce holds the records, the values and one source's vectors at a time.
+the per-negative scores; the reduce holds the values and one source's vectors at a time (the records
+only until it has read their digests, keys and descriptors).
 
 :func:`audit_sharded` runs maps, stat tasks and reduce from Python (in this process, or through the
 ``run_maps`` callable given); ``transferdx-audit audit.shards=N`` does the same from the command

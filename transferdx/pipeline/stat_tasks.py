@@ -7,15 +7,16 @@ every source and kind — and computes their per-negative and per-record values
 (:func:`~transferdx.auditing.core.shard_values`) under the whole collection's context (ψ's IDF
 tables, η's background sample, the positives' owners: :func:`~transferdx.auditing.core.audit_context`).
 It writes them beside the maps' markers, in ``values-<i>-of-<N>/`` (``negatives.parquet``,
-``records.parquet``, ``arrays.npz``: no pickle), and then ``values-<i>-of-<N>.json``: the digest of the
+``records.parquet``, ``arrays.npz``, and its rows' texts, ``texts.bin`` and ``texts.npz``:
+:mod:`~transferdx.pipeline.store_texts`; no pickle), and then ``values-<i>-of-<N>.json``: the digest of the
 collection they were computed on (every record, so a changed input reruns every stat task: the
 context depends on all of it) and the SHA-256 of each file. The **reduce** reads each shard's files,
 checks them against their marker (a file changed or cut short makes its shard missing again: it is
 recomputed, not trusted), puts them back in the audit's order
 (:func:`~transferdx.auditing.core.merge_values`) and pools each source
-(:func:`~transferdx.auditing.core.audit_values`: π̂ and the flags, the composite from each source's
-vectors read from the cache one source at a time, the profile, the suspects) — the one-process
-audit's bytes.
+(:func:`~transferdx.auditing.core.pooled_values`: π̂ and the flags, the composite from each source's
+vectors read from the cache one source at a time, the profile, the suspects with their texts) — the
+one-process audit's bytes.
 
 Stat tasks run in this process take the missing shards' records together, in one pass (one read of
 the cache, one tokenisation: the one-process audit's cost), and write each shard's rows. For stat
