@@ -524,16 +524,11 @@ def record_source_texts(records: Sequence[Record]) -> SourceTexts:
     return texts
 
 
-def source_vectors(records: Sequence[Record], encoder: EmbeddingCache) -> Vectors:
-    """(e_q, e_p, e_n) of ``records`` — per record, per record, per negative — as gathers of their
-    distinct texts' vectors from ``encoder``'s cache (texts it lacks are encoded)."""
-    return _gathers(records, encoder)[0]
-
-
 def _gathers(
     records: Sequence[Record], encoder: EmbeddingCache, background: Sequence[str] = ()
 ) -> tuple[Vectors, np.ndarray]:
-    """:func:`source_vectors` of ``records``, and the vectors of the ``background`` texts."""
+    """(e_q, e_p, e_n) of ``records`` — per record, per record, per negative — and the vectors of
+    the ``background`` texts: :func:`text_gathers` of the records' own texts."""
     negatives = [n.text for r in records for n in r.negatives]
     queries, positives = [r.query for r in records], [r.positives[0].text for r in records]
     return text_gathers(queries, positives, negatives, encoder, background)
