@@ -77,7 +77,8 @@ def test_the_shards_texts_are_the_records_texts(tmp_path, shards):
 def test_the_reduce_lets_the_records_go_and_its_audit_keeps_every_text(tmp_path, monkeypatch):
     """``audit_sharded`` owns its prepared audit: once the reduce has read the digests, the
     descriptors and the keys, no ``Record`` or ``Passage`` is alive when the composites start
-    (counted among the objects the garbage collector tracks; the loaders' pools of distinct
+    (counted among the objects the garbage collector tracks, less those alive before the audit —
+    earlier tests' — that it cannot have made; the loaders' pools of distinct
     passages and texts swept); ``reduce_shards`` on a prepared audit its caller keeps
     (``let_go`` false) leaves them. Either way the audit's negatives carry the one-process texts.
     Kills: the records still held (by the prepared audit, or ``audit_sharded`` not letting them
@@ -85,10 +86,13 @@ def test_the_reduce_lets_the_records_go_and_its_audit_keeps_every_text(tmp_path,
     text (then none is dropped), texts that come from the records."""
     counts: list[int] = []
     inner = sharding.source_composites
+    gc.collect()
+    before = [o for o in gc.get_objects() if type(o) in (Record, Passage)]  # earlier tests' (held: ids stay theirs)
+    earlier = {id(o) for o in before}
 
     def counted(*args, **kwargs):
-        gc.collect()
-        counts.append(sum(type(o) in (Record, Passage) for o in gc.get_objects()))  # type(): no proxy warns
+        gc.collect()  # type(), not isinstance(): torch's proxies warn when asked
+        counts.append(sum(type(o) in (Record, Passage) and id(o) not in earlier for o in gc.get_objects()))
         return inner(*args, **kwargs)
 
     monkeypatch.setattr(sharding, "source_composites", counted)
