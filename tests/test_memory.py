@@ -484,6 +484,22 @@ def test_merged_shards_with_other_categories_equal_the_whole():
     pd.testing.assert_series_equal(merged.records["source"], whole["source"])
 
 
+def test_audit_order_is_pythons_order_of_source_then_qid_stable():
+    """Reference: ``sorted`` over (source, qid, row) in Python. Categories listed out of order,
+    non-ASCII qids and a qid ending in NUL (a fixed-width copy drops it: ``"a\\x00"`` == ``"a"``)
+    are ordered as Python orders them; a record's rows keep their order."""
+    from transferdx.auditing.core import audit_order, string_ranks
+
+    rng = np.random.default_rng(3)
+    qids = [f"q{rng.integers(0, 40)}" for _ in range(600)] + ["é", "z", "a\x00", "a", "Ω", "a"]
+    sources = [f"s{rng.integers(0, 4)}" for _ in qids[:600]] + ["s1"] * 6
+    want = sorted(range(len(qids)), key=lambda i: (sources[i], qids[i], i))
+    for source in (pd.Categorical(sources, categories=["s3", "s1", "s0", "s2"]), pd.array(sources, dtype="str")):
+        frame = pd.DataFrame({"source": source, "qid": pd.array(qids, dtype="str")})
+        assert audit_order(frame).tolist() == want
+    assert string_ranks(pd.Series(["b", "a\x00", "b", "a"])).tolist() == [2, 1, 2, 0]
+
+
 def test_the_audit_frames_hold_their_low_cardinality_columns_as_categories(data):
     from transferdx.auditing.core import CATEGORY_COLUMNS
     from transferdx.inputs.trec_dl import load_trec_dl
