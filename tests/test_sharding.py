@@ -169,6 +169,22 @@ def test_the_reduce_names_missing_shards_and_a_changed_input_invalidates_its_sha
         reduce_shards(prepared, shard_plan(prepared, 3, tmp_path))
 
 
+def test_a_qid_ending_in_nul_is_split_by_the_qid_the_records_hold(tmp_path):
+    """The loaders keep a qid "a\\x00" beside "a"; 3 shards put the two apart. The stat tasks split
+    the values by each qid as the records hold it (a fixed-width NumPy copy dropped the NUL, and the
+    check stopped the audit: "stat task 1: 66 records for 67 rows of values"), and the sharded audit
+    equals the one-process audit."""
+    assert shard_of("a", 3) != shard_of("a\x00", 3)
+    names = {0: "a", 1: "a\x00"}
+    records = [dataclasses.replace(r, qid=names.get(i, r.qid)) for i, r in enumerate(tdx.load("demo").records)]
+    kw = {"encoder": None, "semantic": None, "resamples": 50, "cache_dir": tmp_path, "controls": "none"}
+    one, sharded = tdx.audit(records, **kw), audit_sharded(records, shards=3, **kw)
+    pd.testing.assert_frame_equal(one.profile, sharded.profile)
+    pd.testing.assert_frame_equal(one.records, sharded.records)
+    pd.testing.assert_frame_equal(one.negatives, sharded.negatives)
+    assert {"a", "a\x00"} <= set(sharded.records["qid"].astype(str))
+
+
 def test_in_batch_loss_cannot_be_sharded(tmp_path):
     from transferdx.auditing.core import SemanticSettings
 

@@ -236,14 +236,13 @@ def _query_parts(records: Sequence[Record], shards: int, wanted: Sequence[int]) 
 
 
 def _rows_of(values: ShardValues, shards: int, shard: int) -> ShardValues:
-    """The rows of ``values`` whose qid is in stat task ``shard``."""
-    shard_of_qid: dict[str, int] = {}
+    """The rows of ``values`` whose qid is in stat task ``shard`` (:func:`shard_of` of each distinct
+    qid as the records hold it: no fixed-width str copy, which would drop a trailing NUL)."""
 
     def mask(frame: pd.DataFrame) -> np.ndarray:
-        qids = frame["qid"].to_numpy(str)
-        for q in set(qids.tolist()) - shard_of_qid.keys():
-            shard_of_qid[q] = shard_of(q, shards)
-        return np.fromiter((shard_of_qid[q] == shard for q in qids.tolist()), dtype=bool, count=len(qids))
+        codes, qids = pd.factorize(frame["qid"])
+        mine = np.fromiter((shard_of(str(q), shards) == shard for q in qids), dtype=bool, count=len(qids))
+        return mine[codes]
 
     neg = mask(values.negatives)
     return ShardValues(
