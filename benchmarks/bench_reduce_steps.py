@@ -36,8 +36,9 @@ STEPS = (
     ("transferdx.pipeline.sharding", "", "merge_values"),
     ("transferdx.pipeline.sharding", "", "input_facts"),
     ("transferdx.pipeline.stat_tasks", "ValueStore", "texts"),
-    ("transferdx.pipeline.sharding", "", "source_composites"),
-    ("transferdx.auditing.core", "", "source_composites"),
+    ("transferdx.pipeline.sharding", "", "source_composites"),  # before the composites were read per source
+    ("transferdx.pipeline.sharding", "", "source_composite"),  # one source's (store_composites: not wrapped,
+    ("transferdx.auditing.core", "", "source_composites"),  # its merges are: a step resets the peak)
     ("transferdx.auditing.core", "", "_suspicion_inputs"),
     ("transferdx.auditing.core", "", "_suspicion"),
     ("transferdx.auditing.core", "", "profile_sources"),
@@ -72,9 +73,11 @@ def _wrap(owner: Any, name: str, rows: list[dict[str, Any]]) -> None:
     setattr(owner, name, step)
 
 
-def reduce_child(folder: str, shards: int, label: str) -> None:
+def reduce_child(folder: str, shards: int, label: str, steps: bool = True) -> None:
     """In the measured subprocess: the reduce of ``folder``'s stat tasks, each step wrapped; the
-    artifacts to ``folder/out-<label>``; the rows as one JSON line."""
+    artifacts to ``folder/out-<label>``; the rows as one JSON line. ``steps`` false: nothing
+    wrapped (no peak reset), the whole process's peak — what ``bench_scale`` reports for the reduce
+    stage — as the one row ``whole reduce``."""
     import dataclasses
     import importlib
 
@@ -89,7 +92,8 @@ def reduce_child(folder: str, shards: int, label: str) -> None:
     from transferdx.pipeline import prepare_audit
     from transferdx.pipeline.sharding import ShardSettings, run_stage
 
-    for module, cls, name in STEPS:
+    started = time.perf_counter()
+    for module, cls, name in STEPS if steps else ():
         owner: Any = importlib.import_module(module)
         owner = getattr(owner, cls) if cls else owner
         if hasattr(owner, name):
@@ -105,6 +109,16 @@ def reduce_child(folder: str, shards: int, label: str) -> None:
     own = {"let_go": True} if "let_go" in {f.name for f in dataclasses.fields(ShardSettings)} else {}
     result = run_stage(prepared, ShardSettings(shards=shards, stage="reduce", cache_dir=cache, **own))
     result.save(Path(folder) / f"out-{label}")
+    if not steps:
+        rows.append(
+            {
+                "step": "whole reduce",
+                "before_mb": imported,
+                "peak_mb": status_mb("VmHWM"),
+                "after_mb": status_mb("VmRSS"),
+                "s": time.perf_counter() - started,
+            }
+        )
     print(json.dumps({"python_start_mb": imported, "imports_mb": imports, "steps": rows}))
 
 
@@ -126,9 +140,10 @@ def main() -> None:
     parser.add_argument("--json", help="also write the rows here")
     parser.add_argument("--reduce-child", help=argparse.SUPPRESS)
     parser.add_argument("--label", default="this", help=argparse.SUPPRESS)
+    parser.add_argument("--whole", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.reduce_child:
-        reduce_child(args.reduce_child, args.shards, args.label)
+        reduce_child(args.reduce_child, args.shards, args.label, steps=not args.whole)
         return
 
     import bench_scale

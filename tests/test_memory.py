@@ -204,11 +204,13 @@ def test_suspects_hold_the_records_own_texts():
 
 def test_saving_streams_the_suspects_tables(tmp_path, monkeypatch):
     """A source with as many suspects as negatives, each row with three texts: write_audit writes
-    suspects.csv (and control_suspects.csv) a chunk at a time from the one table, the same bytes as
-    the CSV of each kind's rows. Kills: a copy of the table per kind plus its whole CSV as one
-    string (the save's peak at 10⁶ negatives: +0.68 GB)."""
+    suspects.csv (and control_suspects.csv) a chunk at a time from the one table, each chunk's texts
+    read for it (``AuditResult.suspect_texts``), the same bytes as the CSV of each kind's rows with
+    their texts. Kills: a copy of the table per kind plus its whole CSV as one string (the save's
+    peak at 10⁶ negatives: +0.68 GB), every suspect's texts read at once (a reduce would hold them:
+    0.8 GB at 5·10⁶ negatives), texts put on the wrong rows."""
     from transferdx.artifacts import csv_text
-    from transferdx.auditing.core import SUSPECT_COLUMNS
+    from transferdx.auditing.core import SUSPECT_COLUMNS, SUSPECT_TEXT_COLUMNS
     from transferdx.auditing.report import write_audit
 
     demo = tdx.audit("demo", encoder=None)
@@ -229,7 +231,15 @@ def test_saving_streams_the_suspects_tables(tmp_path, monkeypatch):
         },
         columns=SUSPECT_COLUMNS,
     )
-    result = dataclasses.replace(demo.result, suspects=big)
+    reads: list[int] = []
+    held = [big[c].to_numpy(dtype=object) for c in SUSPECT_TEXT_COLUMNS]  # the texts' objects, made once
+
+    def texts(at: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        reads.append(len(at))
+        return held[0][at], held[1][at], held[2][at]
+
+    values = big.drop(columns=list(SUSPECT_TEXT_COLUMNS))
+    result = dataclasses.replace(demo.result, suspect_values=values, suspect_texts=texts)
     monkeypatch.setattr(artifacts, "CSV_CHUNK_ROWS", 500)  # chunks far smaller than the table
     write_audit(result, tmp_path / "warm", demo.settings)  # imports and plotting caches first
     csv_bytes = (tmp_path / "warm" / "suspects.csv").stat().st_size
@@ -245,6 +255,7 @@ def test_saving_streams_the_suspects_tables(tmp_path, monkeypatch):
         assert (tmp_path / "out" / name).read_bytes() == want, name
     assert csv_bytes > 20e6
     assert peak < csv_bytes / 4, (peak, csv_bytes)
+    assert sum(reads) == 2 * n and max(reads) <= 500  # each save: every suspect's texts once, a chunk at a time
 
 
 # ---------------------------------------------------------------------------------------------

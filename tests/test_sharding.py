@@ -295,40 +295,48 @@ def test_launched_stat_tasks_read_their_records_and_the_context_not_the_input(tm
     assert tdx.pipeline.run_shard_work(paths[1], prepared.options, prepared.encoder)["reused"] is True
 
 
-def test_the_reduce_computes_the_composites_from_their_columns_alone(tmp_path, monkeypatch):
-    """The reduce reads each shard's values twice: first only ``COMPOSITE_COLUMNS`` (the composites,
-    with a source's vectors), then every column. The composites from those columns alone are the
-    ones the whole values give, and the sharded profile is the one-process profile over the same
-    cache. Kills: a composite that reads a column the projection drops (KeyError), the projection
-    keeping every column (the vectors would sit beside every value again), composites computed from
-    the columns in another row order, the shards' texts read back for the wrong rows."""
+def test_the_reduce_computes_each_sources_composite_from_its_own_rows_of_their_columns(tmp_path, monkeypatch):
+    """The reduce reads each shard's values once per source — only ``COMPOSITE_COLUMNS`` and only
+    that source's rows (its composite, with its vectors) — then once whole. Each source's composite
+    from its rows alone is the one the whole values give, and the sharded profile is the
+    one-process profile over the same cache. Kills: a composite that reads a column the projection
+    drops (KeyError), the projection keeping every column or every source's rows (the vectors would
+    sit beside them again), a source's rows in another order, the shards' texts read back for the
+    wrong span of records."""
     from transferdx.auditing.core import COMPOSITE_COLUMNS, merge_values, record_source_texts, source_composites
     from transferdx.pipeline.auditing import pooling
+    from transferdx.pipeline.sharding import store_composites
     from transferdx.pipeline.stat_tasks import ValueStore
 
     kw = {"encoder": "static_minilm", "resamples": 30, "controls": "none", "cache_dir": tmp_path}
-    reads: list[tuple[int, tuple[str, ...] | None]] = []
+    reads: list[tuple[int, str | None, tuple[str, ...] | None, set[str]]] = []
     inner = ValueStore.read
 
-    def read(self, shard, columns=None):
-        got = inner(self, shard, columns)
-        reads.append((shard, None if columns is None else tuple(got.negatives.columns)))
+    def read(self, shard, columns=None, source=None):
+        got = inner(self, shard, columns, source)
+        cols = None if columns is None else tuple(got.negatives.columns)
+        reads.append((shard, source, cols, set(got.negatives["source"].astype(str))))
         return got
 
     monkeypatch.setattr(ValueStore, "read", read)
     sharded = audit_sharded("demo", shards=3, **kw)
-    thin = [cols for _, cols in reads if cols is not None]
-    assert [s for s, _ in reads] == [0, 1, 2, 0, 1, 2] and len(thin) == 3
-    assert all(set(cols) == set(COMPOSITE_COLUMNS["negatives"]) for cols in thin)
     prepared = tdx.pipeline.prepare_audit("demo", **kw)
+    names = sorted({r.source for r in prepared.loaded.records})
+    assert len(names) > 1
+    assert [(s, name) for s, name, _, _ in reads] == [(s, n) for n in names for s in range(3)] + [
+        (s, None) for s in range(3)
+    ]
+    thin = [(name, cols, seen) for _, name, cols, seen in reads if name is not None]
+    assert all(set(cols) == set(COMPOSITE_COLUMNS["negatives"]) for _, cols, _ in thin)
+    assert all(seen <= {name} for name, _, seen in thin)  # a source's rows alone
+    assert set().union(*(seen for _, name, _, seen in reads if name is None)) == set(names)
     store = shard_plan(prepared, 3, tmp_path).store(prepared)
     whole = merge_values(inner(store, i) for i in range(3))
-    alone = merge_values(inner(store, i, COMPOSITE_COLUMNS) for i in range(3))
-    assert len(alone.negatives.columns) < len(whole.negatives.columns)
     # the reduce's texts (the stat tasks' files) and the records' give the same composites
     records = sorted(prepared.loaded.records, key=lambda r: (r.source, r.qid))
-    got = source_composites(store.texts().source, alone, pooling(prepared))
-    assert got and got == source_composites(record_source_texts(records), whole, pooling(prepared))
+    got = store_composites(store, store.texts(), pooling(prepared))
+    assert list(got) == names
+    assert got == source_composites(record_source_texts(records), whole, pooling(prepared))
     assert all(row["composite_logdet"] > 0 for row in got.values())
     one = tdx.pipeline.audit_prepared(prepared)
     pd.testing.assert_frame_equal(one.profile, sharded.profile)

@@ -85,7 +85,7 @@ def test_the_reduce_lets_the_records_go_and_its_audit_keeps_every_text(tmp_path,
     go), their passages still pooled, the pools swept while the plan's text shares still hold every
     text (then none is dropped), texts that come from the records."""
     counts: list[int] = []
-    inner = sharding.source_composites
+    inner = sharding.store_composites
     gc.collect()
     before = [o for o in gc.get_objects() if type(o) in (Record, Passage)]  # earlier tests' (held: ids stay theirs)
     earlier = {id(o) for o in before}
@@ -95,7 +95,7 @@ def test_the_reduce_lets_the_records_go_and_its_audit_keeps_every_text(tmp_path,
         counts.append(sum(type(o) in (Record, Passage) and id(o) not in earlier for o in gc.get_objects()))
         return inner(*args, **kwargs)
 
-    monkeypatch.setattr(sharding, "source_composites", counted)
+    monkeypatch.setattr(sharding, "store_composites", counted)
     shares_at_sweep: list[int] = []  # the plan's text shares hold every text: gone before the pools' sweep
     sweep = tdx.pipeline.auditing.sweep
 

@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 
 def safe_join(root: str | Path, name: str) -> Path:
     """``root / name``, refusing any name that would resolve outside ``root``."""
@@ -134,12 +136,15 @@ PROGRESS_ROWS = 500_000
 CSV_CHUNK_ROWS = 100_000
 
 
-def atomic_write_csv(path: str | Path, frame: Any, chunk_rows: int | None = None, rows: Any = None) -> Path:
+def atomic_write_csv(
+    path: str | Path, frame: Any, chunk_rows: int | None = None, rows: Any = None, take: Any = None
+) -> Path:
     """Write ``frame`` as :func:`csv_text` would (the same bytes) through :func:`atomic_file`,
     ``chunk_rows`` rows at a time, so a table of millions of rows is never one string (with a
     progress bar from :data:`PROGRESS_ROWS` rows; ``chunk_rows`` default :data:`CSV_CHUNK_ROWS`).
     ``rows``: the positions to write, in order (the bytes of ``csv_text(frame.iloc[rows])`` without
-    that copy of the frame); default all."""
+    that copy of the frame); default all. ``take``: positions → the frame of those rows, in place of
+    ``frame.iloc`` (a table whose columns are read per chunk, e.g. the suspects' texts)."""
     from tqdm.auto import tqdm
 
     chunk_rows = chunk_rows or CSV_CHUNK_ROWS
@@ -152,7 +157,10 @@ def atomic_write_csv(path: str | Path, frame: Any, chunk_rows: int | None = None
     ):
         for start in range(0, max(total, 1), chunk_rows):
             span = slice(start, start + chunk_rows)
-            part = frame.iloc[span] if rows is None else frame.iloc[rows[span]]
+            if take is not None:
+                part = take(np.arange(total)[span] if rows is None else np.asarray(rows)[span])
+            else:
+                part = frame.iloc[span] if rows is None else frame.iloc[rows[span]]
             part.to_csv(handle, index=False, header=start == 0, lineterminator="\n")
             bar.update(len(part))
     return Path(path)

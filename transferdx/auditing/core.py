@@ -108,20 +108,49 @@ def as_categories(frame: pd.DataFrame, columns: Sequence[str] = CATEGORY_COLUMNS
     return frame
 
 
+# the suspects' three texts, one per suspect
+SUSPECT_TEXT_COLUMNS = ("query", "positive", "negative")
+
+
 @dataclass(frozen=True)
 class AuditResult:
-    """Everything an audit computed: per-negative and per-record frames, the profile, exclusions."""
+    """Everything an audit computed: per-negative and per-record frames, the profile, exclusions,
+    the suspects. ``suspect_values`` is the suspects' table without their texts, which
+    ``suspect_texts`` reads on request (rows of that table → query, positive, negative): a heavily
+    defective source has a suspect for every other negative, and a reduce that no longer holds the
+    records would otherwise hold three decoded texts a suspect (0.8 GB at 5·10⁶ negatives); None:
+    the table holds its text columns itself. :attr:`suspects` and :meth:`suspect_rows` give them
+    with their texts."""
 
     negatives: pd.DataFrame
     records: pd.DataFrame
     profile: AuditProfile
     exclusions: tuple[Exclusion, ...]
-    # §3.9: one row per suspected false negative of every source, with texts, most probable first
-    suspects: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=SUSPECT_COLUMNS))
+    # §3.9: one row per suspected false negative of every source, most probable first
+    suspect_values: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=SUSPECT_COLUMNS))
     # the reasons checked and α, δ (α, δ are "not_measured" in a lexical-only audit)
     suspicion: Mapping[str, Any] = field(default_factory=dict)
     # the suspicion scored against deep judgments (a TREC-DL layout with labels=single), or why not
     fn_evaluation: Mapping[str, Any] = field(default_factory=dict)
+    suspect_texts: SuspectRowTexts | None = field(default=None, repr=False)
+
+    @property
+    def suspects(self) -> pd.DataFrame:
+        """Every suspect with its texts (:data:`SUSPECT_COLUMNS`), most probable first."""
+        return self.suspect_rows()
+
+    def suspect_rows(self, rows: np.ndarray | None = None) -> pd.DataFrame:
+        """The suspects at positions ``rows`` of :attr:`suspect_values` (default all), in that order,
+        renumbered, with their texts (read for those rows only)."""
+        table = self.suspect_values
+        at = np.arange(len(table), dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
+        frame = table.iloc[at].reset_index(drop=True)
+        if self.suspect_texts is None:
+            return frame
+        texts = self.suspect_texts(at) if len(at) else ((), (), ())
+        for name, column in zip(SUSPECT_TEXT_COLUMNS, texts, strict=True):
+            frame[name] = _held(column)
+        return frame[SUSPECT_COLUMNS]
 
     def summary(self) -> str:
         return self.profile.summary()
@@ -483,13 +512,17 @@ def record_keys(records: Sequence[Record]) -> RecordKeys:
 def check_keys(values: ShardValues, keys: RecordKeys) -> None:
     """ValueError unless ``values`` are the rows of the records ``keys`` names (a shard missing,
     another input's values, or rows out of the audit's order)."""
-    got = values.records
-    if len(got) != keys.n_records or len(values.negatives) != keys.n_negatives:
+    check_row_keys(values.records, len(values.negatives), keys)
+
+
+def check_row_keys(records: pd.DataFrame, n_negatives: int, keys: RecordKeys) -> None:
+    """:func:`check_keys` of per-record rows (``source``, ``qid``) and how many negatives they hold."""
+    if len(records) != keys.n_records or n_negatives != keys.n_negatives:
         raise ValueError(
-            f"the values hold {len(got)} records and {len(values.negatives)} negatives; the input has "
+            f"the values hold {len(records)} records and {n_negatives} negatives; the input has "
             f"{keys.n_records} records: a shard is missing or the values are another input's"
         )
-    if _keys_digest(got["source"].astype(str), got["qid"].astype(str)) != keys.digest:
+    if _keys_digest(records["source"].astype(str), records["qid"].astype(str)) != keys.digest:
         raise ValueError("the values' (source, qid) rows are not the input's records: they are another input's")
 
 
@@ -571,38 +604,46 @@ def text_gathers(
 
 
 def source_composites(texts: SourceTexts, values: ShardValues, pooling: Pooling) -> dict[str, dict[str, Any]]:
-    """:func:`_composites` of each source (``values`` in the audit's order; empty for a lexical audit
-    or without ``pooling.encoder``), its vectors read from ``pooling.encoder``'s cache for the texts
-    ``texts`` gives (:func:`text_gathers`; the records' own, or a reduce's from the stat tasks'
-    files) and let go before the next source's: a source's composite and CI depend only on its own
-    rows, so they are the ones the whole collection's vectors give. Needs only
-    :data:`COMPOSITE_COLUMNS`."""
+    """:func:`source_composite` of each source (``values`` in the audit's order; empty for a lexical
+    audit or without ``pooling.encoder``), its rows selected from the source column (no str copy of
+    each row). Needs only :data:`COMPOSITE_COLUMNS`."""
     if pooling.encoder is None or "s_qn" not in values.negatives:
         return {}
-    sources, neg_sources = values.records["source"], values.negatives["source"]  # no str copy of each row
+    sources, neg_sources = values.records["source"], values.negatives["source"]
     out: dict[str, dict[str, Any]] = {}
     for name in sorted({str(s) for s in sources.unique()}):
         rec_rows = np.flatnonzero((sources == name).to_numpy(bool))
         neg_rows = np.flatnonzero((neg_sources == name).to_numpy(bool))
-        vectors = text_gathers(*texts(rec_rows), pooling.encoder)[0]
-        out.update(
-            _composites(
-                values.negatives.iloc[neg_rows],
-                values.records.iloc[rec_rows],
-                vectors,
-                pooling.semantic,
-                pooling.seed,
-                pooling.resamples,
-                pooling.confidence,
-            )
-        )
-        del vectors
+        negs, recs = values.negatives.iloc[neg_rows], values.records.iloc[rec_rows]
+        out.update(source_composite(texts, rec_rows, negs, recs, pooling))
     return out
+
+
+def source_composite(
+    texts: SourceTexts, rec_rows: np.ndarray, negatives: pd.DataFrame, records: pd.DataFrame, pooling: Pooling
+) -> dict[str, dict[str, Any]]:
+    """:func:`_composites` of one source — ``negatives`` and ``records`` its rows of the values, in the
+    audit's order; ``rec_rows`` those records' rows in the audit's per-record frame, for which
+    ``texts`` gives the texts — its vectors read from ``pooling.encoder``'s cache
+    (:func:`text_gathers`) and let go on return: a source's composite and CI depend only on its own
+    rows, so they are the ones the whole collection's vectors give, and only one source's vectors
+    are held at a time (a reduce reads each source's rows alone:
+    :func:`~transferdx.pipeline.sharding.store_composites`)."""
+    if pooling.encoder is None:
+        raise ValueError("a composite needs the encoder")
+    vectors = text_gathers(*texts(rec_rows), pooling.encoder)[0]
+    return _composites(
+        negatives, records, vectors, pooling.semantic, pooling.seed, pooling.resamples, pooling.confidence
+    )
 
 
 # the suspects' three texts: (each suspect's record, as a row of the audit's per-record frame; its
 # negative's index in the record) → (queries, positives[0], negatives), one per suspect
 SuspectTexts = Callable[[np.ndarray, np.ndarray], tuple[TextColumn, TextColumn, TextColumn]]
+
+
+# the texts of some rows of a suspects table: (positions in it) → (queries, positives[0], negatives)
+SuspectRowTexts = Callable[[np.ndarray], tuple[TextColumn, TextColumn, TextColumn]]
 
 
 def record_texts(records: Sequence[Record]) -> SuspectTexts:
@@ -641,7 +682,7 @@ def _pooled(
     inputs = _suspicion_inputs(negatives, per_record, scored, values.text_hits)
     calibrated = values.probability
     del values
-    suspects, priors = _suspicion(
+    suspects, suspect_texts, priors = _suspicion(
         texts,
         negatives,
         per_record,
@@ -696,7 +737,9 @@ def _pooled(
         resamples=p.resamples,
         confidence=p.confidence,
     )
-    return AuditResult(negatives, per_record, profile, tuple(loaded.exclusions), suspects, suspicion, evaluation)
+    return AuditResult(
+        negatives, per_record, profile, tuple(loaded.exclusions), suspects, suspicion, evaluation, suspect_texts
+    )
 
 
 def recorded_suspicion_settings(s: SuspicionSettings, scored: bool) -> dict[str, Any]:
@@ -758,17 +801,20 @@ def _suspicion(
     seed: int = 0,
     resamples: int = 1000,
     confidence: float = 0.95,
-) -> tuple[pd.DataFrame, dict[str, dict[str, float]]]:
+) -> tuple[pd.DataFrame, SuspectRowTexts, dict[str, dict[str, float]]]:
     """Adds the §3.9 columns to ``negatives`` (``fn_<reason>``, ``fn_reasons``, ``fn_suspect``) and
-    ``per_record`` (``n_fn_suspect``, ``n_fn_<reason>``) in place; returns the suspects table: one
-    row per negative with ``fn_suspect`` (the one rule of
-    :func:`~transferdx.diagnostics.suspicion.suspect_negatives`), every source's (suspects.csv
-    holds the genuine sources' rows, control_suspects.csv the controls'), sorted by
+    ``per_record`` (``n_fn_suspect``, ``n_fn_<reason>``) in place; returns the suspects table
+    without its texts, the function that reads them (:data:`SuspectRowTexts`; what
+    :class:`AuditResult` holds) and each source's π̂. The table: one row per negative with
+    ``fn_suspect`` (the one rule of :func:`~transferdx.diagnostics.suspicion.suspect_negatives`),
+    every source's (suspects.csv holds the genuine sources' rows, control_suspects.csv the
+    controls'), sorted by
     ``fn_probability`` descending (undefined last), then s(q,n) − α·s(q,p) descending (undefined
     last), then source, qid, neg_index. The encoder reasons reuse the audit's embeddings;
     ``inputs``: :func:`_suspicion_inputs`; ``calibrated``: :func:`_calibrated`'s probabilities (None
     without the encoder); ``texts``: the suspects' query, positive and negative texts
-    (:data:`SuspectTexts`), read for the suspects only."""
+    (:data:`SuspectTexts`), read for the suspects only and only when asked (a table written, shown
+    or returned with its texts)."""
     owner = inputs.owner
     nan = np.full(len(owner), np.nan)
     s_qp = inputs.s_qp if inputs.s_qp is not None else nan
@@ -793,7 +839,6 @@ def _suspicion(
     order = suspect_order(prob, score, sources[owner[rows]], qids[owner[rows]], neg_index)
     rows, prob, score, neg_index = rows[order], prob[order], score[order], neg_index[order]
     at = owner[rows]
-    query, positive, negative = texts(at, neg_index)
     suspects = pd.DataFrame(
         {
             "source": per_record["source"].array.take(at),
@@ -801,9 +846,6 @@ def _suspicion(
             "qid": per_record["qid"].array.take(at),
             "neg_index": neg_index,
             "neg_id": negatives["neg_id"].array.take(rows),
-            "query": _held(query),
-            "positive": _held(positive),
-            "negative": _held(negative),
             "s_qp": s_qp[rows],
             "s_qn": s_qn[rows],
             "s_pn": s_pn[rows],
@@ -811,9 +853,13 @@ def _suspicion(
             "score": score,
             "reasons": flags["fn_reasons"].to_numpy()[rows],
         },
-        columns=SUSPECT_COLUMNS,
+        columns=[c for c in SUSPECT_COLUMNS if c not in SUSPECT_TEXT_COLUMNS],
     )
-    return as_categories(suspects), priors
+
+    def suspect_texts(positions: np.ndarray) -> tuple[TextColumn, TextColumn, TextColumn]:
+        return texts(at[positions], neg_index[positions])
+
+    return as_categories(suspects), suspect_texts, priors
 
 
 def _text_inputs(records: Sequence[Record]) -> SuspicionInputs:

@@ -422,14 +422,14 @@ def _suspects_section(frame: pd.DataFrame, result: AuditResult) -> list[str]:
         _markdown_table(_with_ci(frame, SUSPICION_REPORT_STATS)),
         "",
     ]
-    suspects = result.suspects
+    source_of = result.suspect_values["source"]
     for name in frame["source"]:
-        sub = suspects[suspects["source"] == name]
-        if not len(sub):
+        mine = np.flatnonzero((source_of == name).to_numpy(bool))
+        if not len(mine):
             continue
-        shown = sub.head(SUSPECTS_SHOWN)
+        shown = result.suspect_rows(mine[:SUSPECTS_SHOWN])  # the texts of the rows shown only
         lines += [
-            f"### {name}: top {len(shown)} of {len(sub)} suspects",
+            f"### {name}: top {len(shown)} of {len(mine)} suspects",
             "",
             _markdown_table(
                 pd.DataFrame(
@@ -607,10 +607,11 @@ def write_audit(result: AuditResult, out_dir: str | Path, settings: Mapping[str,
     atomic_write_text(paths["exclusions"], csv_text(exclusions_frame(result.exclusions)))
     # each kind's rows streamed from the one table: a heavily defective source has as many suspects
     # as negatives, each with three texts, so a copy per kind plus its CSV string was the save's peak
-    kinds = result.suspects["kind"].to_numpy()
+    # and their texts read per chunk (AuditResult.suspect_rows), never held for every suspect at once
+    kinds = result.suspect_values["kind"].to_numpy()
     suspects = {key: np.flatnonzero(kinds == kind) for kind, key in SUSPECT_FILES.items()}
     for key, rows in suspects.items():
-        atomic_write_csv(paths[key], result.suspects, rows=rows)
+        atomic_write_csv(paths[key], result.suspect_values, rows=rows, take=result.suspect_rows)
     atomic_write_text(paths["report"], render_report(result, settings))
     atomic_write_bytes(paths["plot"], plot_psi(result))
     if semantic:

@@ -22,10 +22,14 @@ from transferdx.inputs.texts import text_column
 def _rows(frame: pd.DataFrame, keep: np.ndarray) -> pd.DataFrame:
     """The rows ``keep`` of ``frame``, renumbered, each categorical column with only the categories
     those rows use (so ``value_counts`` on a genuine source's rows lists no control)."""
-    out = frame.loc[keep].reset_index(drop=True)
-    for col in out.select_dtypes("category").columns:
-        out[col] = out[col].cat.remove_unused_categories()
-    return out
+    return _unused_dropped(frame.loc[keep].reset_index(drop=True))
+
+
+def _unused_dropped(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` (a copy of some rows) with each categorical column's unused categories dropped."""
+    for col in frame.select_dtypes("category").columns:
+        frame[col] = frame[col].cat.remove_unused_categories()
+    return frame
 
 
 # whose negatives/suspects: the user's own (genuine), the controls', or every source's (all)
@@ -102,8 +106,12 @@ class Audit:
     def suspects_of(self, kind: str = "genuine") -> pd.DataFrame:
         """The suspects of the sources of ``kind``: ``genuine`` (:attr:`suspects`) | ``control``
         (:attr:`control_suspects`) | ``all``, in the same order."""
-        full = self.result.suspects
-        return _rows(full, self._of_kind(full, kind))
+        full = self.result.suspect_values
+        return _unused_dropped(self.result.suspect_rows(np.flatnonzero(self._of_kind(full, kind))))
+
+    def _n_suspects(self, kind: str) -> int:
+        """How many rows :meth:`suspects_of` gives (no text read)."""
+        return int(self._of_kind(self.result.suspect_values, kind).sum())
 
     def _of_kind(self, frame: pd.DataFrame, kind: str) -> np.ndarray:
         """Which rows of a per-negative ``frame`` (``source``, ``qid``) belong to a record of ``kind``."""
@@ -192,8 +200,8 @@ class Audit:
             return write_audit(self.result, out, self.settings)
 
     def __repr__(self) -> str:  # a few lines, not the frames
-        return audit_repr(self.profile, len(self.suspects))
+        return audit_repr(self.profile, self._n_suspects("genuine"))
 
     def _repr_markdown_(self) -> str:  # notebooks show the verdict and a compact profile
-        n_control = len(self.control_suspects)
-        return audit_markdown(self.verdict(), self.profile, len(self.suspects), n_control, len(self.result.exclusions))
+        n_own, n_control = self._n_suspects("genuine"), self._n_suspects("control")
+        return audit_markdown(self.verdict(), self.profile, n_own, n_control, len(self.result.exclusions))

@@ -294,7 +294,7 @@ def audit_facts(result: AuditResult) -> dict[str, SourceFacts]:
     """:func:`source_facts` of an :class:`~transferdx.auditing.core.AuditResult`."""
     alpha = result.suspicion.get("alpha")
     alpha = float(alpha) if isinstance(alpha, (int, float)) else 0.95
-    return source_facts(result.suspects, result.negatives, result.records, result.profile.descriptors, alpha)
+    return source_facts(result.suspect_values, result.negatives, result.records, result.profile.descriptors, alpha)
 
 
 # ---------------------------------------------------------------------------------------------

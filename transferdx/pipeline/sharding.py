@@ -47,15 +47,18 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from transferdx.artifacts import atomic_write_bytes, atomic_write_text, canonical_json, content_hash
 from transferdx.auditing.core import (
     COMPOSITE_COLUMNS,
+    Pooling,
     background_texts,
     check_keys,
     input_facts,
     merge_values,
     pooled_values,
-    source_composites,
+    source_composite,
 )
 from transferdx.auditing.result import Audit
 from transferdx.embed.cache import EmbeddingCache, text_key
@@ -75,6 +78,7 @@ from transferdx.pipeline.stat_tasks import (
     value_store,
     write_stats_work,
 )
+from transferdx.pipeline.store_texts import StoreTexts
 from transferdx.presets import default_cache_dir
 
 PLAN_DIR = "audit-shards"
@@ -345,13 +349,11 @@ def reduce_shards(
     if let_go:  # the shares first: they hold every distinct text, which the pools' sweep would keep
         plan.forget()
         prepared.let_go()
-    texts = store.texts()
-    # the composites first, from their columns alone, so that a source's vectors are never held
-    # beside every value; then every value, merged once
-    composite_values = merge_values(read_values(store, COMPOSITE_COLUMNS))
-    check_keys(composite_values, keys)
-    composites = source_composites(texts.source, composite_values, p)
-    del composite_values
+    texts = store.texts(keys)  # the stat tasks' records checked against the input's before any value is read
+    # the composites first, each source's from its own rows of their columns, so that a source's
+    # vectors are never held beside every value, nor beside the other sources' rows; then every
+    # value, merged once
+    composites = store_composites(store, texts, p)
     values = merge_values(read_values(store))
     check_keys(values, keys)
     result = pooled_values(prepared.loaded, values, p, composites, descriptors, texts.records)
@@ -369,6 +371,26 @@ def reduce_shards(
     }
     atomic_write_text(plan.folder / "reduce.json", canonical_json(summary))
     return audit
+
+
+def store_composites(store: ValueStore, texts: StoreTexts, p: Pooling) -> dict[str, dict[str, Any]]:
+    """Each source's composite (:func:`~transferdx.auditing.core.source_composite`) from the stat
+    tasks' values: the source's rows of :data:`~transferdx.auditing.core.COMPOSITE_COLUMNS` read from
+    every shard and merged (:func:`~transferdx.auditing.core.merge_values`: the audit's order restricted
+    to one source is that source's order), its texts from ``texts`` (its records' span). The same
+    composites as :func:`~transferdx.auditing.core.source_composites` on every value merged, with one
+    source's rows held at a time. Empty for a lexical audit or without the encoder."""
+    out: dict[str, dict[str, Any]] = {}
+    if p.encoder is None:
+        return out
+    for name, (first, count) in texts.spans.items():
+        part = merge_values(store.read(i, COMPOSITE_COLUMNS, source=name) for i in range(store.shards))
+        if "s_qn" not in part.negatives:
+            return {}
+        rows = np.arange(first, first + count, dtype=np.int64)
+        out.update(source_composite(texts.source, rows, part.negatives, part.records, p))
+        del part
+    return out
 
 
 def shard_line(marker: dict[str, Any]) -> str:

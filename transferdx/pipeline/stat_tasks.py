@@ -53,7 +53,14 @@ from transferdx.artifacts import (
     canonical_json,
     file_hash,
 )
-from transferdx.auditing.core import AuditContext, SemanticSettings, ShardValues, audit_context, shard_values
+from transferdx.auditing.core import (
+    AuditContext,
+    RecordKeys,
+    SemanticSettings,
+    ShardValues,
+    audit_context,
+    shard_values,
+)
 from transferdx.diagnostics.lexical import IdfTables
 from transferdx.embed.cache import EmbeddingCache
 from transferdx.inputs.records import Passage, Record
@@ -167,14 +174,18 @@ class ValueStore:
         atomic_write_text(self.marker(shard), canonical_json(record))
         return record
 
-    def texts(self) -> StoreTexts:
-        """The rows' texts of every stat task (the reduce's, in the merged values' order)."""
-        return store_texts([self.values(i) for i in range(self.shards)])
+    def texts(self, keys: RecordKeys | None = None) -> StoreTexts:
+        """The rows' texts of every stat task (the reduce's, in the merged values' order); ``keys``:
+        checked against the stat tasks' records first (:func:`~transferdx.pipeline.store_texts.store_texts`)."""
+        return store_texts([self.values(i) for i in range(self.shards)], keys)
 
-    def read(self, shard: int, columns: Mapping[str, Sequence[str]] | None = None) -> ShardValues:
+    def read(
+        self, shard: int, columns: Mapping[str, Sequence[str]] | None = None, source: str | None = None
+    ) -> ShardValues:
         """Shard ``shard``'s values as :meth:`write` wrote them (no pickle: Parquet and plain arrays);
         ``columns``: only these columns of ``"negatives"`` and ``"records"``, those the files have
-        (e.g. :data:`~transferdx.auditing.core.COMPOSITE_COLUMNS`), in the files' order."""
+        (e.g. :data:`~transferdx.auditing.core.COMPOSITE_COLUMNS`), in the files' order; ``source``:
+        only that source's rows (the others read and let go, one shard at a time)."""
         folder = self.values(shard)
         with np.load(io.BytesIO((folder / "arrays.npz").read_bytes()), allow_pickle=False) as arrays:
             probability = arrays["probability"] if "probability" in arrays.files else None
@@ -188,7 +199,21 @@ class ValueStore:
                 chosen = set(columns[table])
                 wanted = [c for c in pq.read_schema(path).names if c in chosen]
             frames.append(pd.read_parquet(path, columns=wanted))
-        return ShardValues(frames[0], frames[1], probability, other, hits)
+        values = ShardValues(frames[0], frames[1], probability, other, hits)
+        return values if source is None else _of_source(values, source)
+
+
+def _of_source(values: ShardValues, source: str) -> ShardValues:
+    """The rows of ``values`` whose ``source`` is ``source`` (per negative and per record), renumbered."""
+    neg = (values.negatives["source"] == source).to_numpy(bool)
+    rec = (values.records["source"] == source).to_numpy(bool)
+    return ShardValues(
+        values.negatives.loc[neg].reset_index(drop=True),
+        values.records.loc[rec].reset_index(drop=True),
+        None if values.probability is None else values.probability[neg],
+        values.other_positive[neg],
+        {name: hit[neg] for name, hit in values.text_hits.items()},
+    )
 
 
 def value_store(prepared: PreparedAudit, folder: Path, shards: int) -> ValueStore:

@@ -16,14 +16,15 @@ string in what a step returns (as the loaded records share one object per distin
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+import mmap
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from transferdx.auditing.core import audit_order
+from transferdx.auditing.core import RecordKeys, audit_order, check_row_keys
 from transferdx.inputs.records import Record
 
 TEXT_FILES = ("texts.bin", "texts.npz")
@@ -82,10 +83,12 @@ class StoreTexts:
         rec_local: np.ndarray,
         starts: Sequence[np.ndarray],
         counts: np.ndarray,
+        spans: Mapping[str, tuple[int, int]] | None = None,
     ) -> None:
         self.folders = [Path(f) for f in folders]
         self.rec_shard, self.rec_local, self.starts, self.counts = rec_shard, rec_local, list(starts), counts
         self.neg_start = _starts(counts)
+        self.spans = dict(spans or {})
 
     def records(self, at: np.ndarray, neg_index: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:data:`~transferdx.auditing.core.SuspectTexts`: for each record row ``at`` its query and
@@ -137,19 +140,26 @@ class StoreTexts:
 
 def _decoded(path: Path, starts: list[int], ends: list[int], pool: dict[str, str]) -> list[str]:
     """The texts at ``starts``/``ends`` of the UTF-8 file ``path``, each the one object ``pool``
-    holds for it (added when new)."""
-    data = memoryview(path.read_bytes())
+    holds for it (added when new). The file is mapped, not read: a step that needs a few texts (a
+    chunk of the suspects written) touches only their pages, not a copy of the shard's texts."""
+    if not starts:
+        return []
+    if path.stat().st_size == 0:  # every text empty (a map needs a non-empty file)
+        return [pool.setdefault("", "") for _ in starts]
     out = []
-    for a, b in zip(starts, ends, strict=True):
-        text = str(data[a:b], "utf-8")
-        out.append(pool.setdefault(text, text))
+    with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        for a, b in zip(starts, ends, strict=True):
+            text = mapped[a:b].decode("utf-8")
+            out.append(pool.setdefault(text, text))
     return out
 
 
-def store_texts(folders: Sequence[Path]) -> StoreTexts:
+def store_texts(folders: Sequence[Path], keys: RecordKeys | None = None) -> StoreTexts:
     """The :class:`StoreTexts` of the stat tasks' values in ``folders`` (in shard order): each
     shard's records (source, qid, n_negatives) put in the audit's order as
-    :func:`~transferdx.auditing.core.merge_values` puts them."""
+    :func:`~transferdx.auditing.core.merge_values` puts them. ``keys``: ValueError unless those are
+    the records ``keys`` names (:func:`~transferdx.auditing.core.check_row_keys`), checked on the
+    records alone, before any value or vector is read."""
     frames, starts = [], []
     for shard, folder in enumerate(folders):
         frame = pd.read_parquet(Path(folder) / "records.parquet", columns=["source", "qid", "n_negatives"])
@@ -167,11 +177,12 @@ def store_texts(folders: Sequence[Path]) -> StoreTexts:
             )
         )
     whole = pd.concat(frames, ignore_index=True)
-    order = audit_order(whole)
+    frames.clear()
+    whole = whole.take(audit_order(whole)).reset_index(drop=True)
+    if keys is not None:
+        check_row_keys(whole, int(whole["n"].sum()), keys)
+    names, first, sizes = np.unique(whole["source"].to_numpy(dtype=object), return_index=True, return_counts=True)
+    spans = {str(n): (int(a), int(k)) for n, a, k in zip(names, first, sizes, strict=True)}
     return StoreTexts(
-        folders,
-        whole["shard"].to_numpy()[order],
-        whole["local"].to_numpy()[order],
-        starts,
-        whole["n"].to_numpy()[order],
+        folders, whole["shard"].to_numpy(), whole["local"].to_numpy(), starts, whole["n"].to_numpy(), spans
     )
