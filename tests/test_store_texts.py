@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import transferdx as tdx
-from transferdx.auditing.core import record_negative_texts, record_source_texts, record_texts
+from transferdx.auditing.core import SUSPECT_TEXT_COLUMNS, record_negative_texts, record_source_texts, record_texts
 from transferdx.inputs.records import Passage, Record
 from transferdx.pipeline import sharding
 from transferdx.pipeline.sharding import audit_sharded, reduce_shards, shard_plan
@@ -74,6 +74,38 @@ def test_the_shards_texts_are_the_records_texts(tmp_path, shards):
     assert len({id(t) for t in negatives}) == len(set(negatives))  # one object per distinct text
 
 
+def test_the_stores_records_are_checked_and_spanned_before_any_value(tmp_path):
+    """The reduce checks the stat tasks' records against the input's keys on the records alone
+    (before any value or vector is read) and knows each source's span of records in the audit's
+    order (first row, count: the rows of its composite's texts). Closed form from the sorted records;
+    another input's keys stop it; the reduce's suspects (texts read on request) are the one-process
+    audit's. Kills: spans in the shards' order, a span off by one, a key check
+    that passes another input (a qid changed, a record missing)."""
+    import dataclasses
+
+    from transferdx.auditing.core import record_keys
+
+    prepared = tdx.pipeline.prepare_audit("demo", cache_dir=tmp_path, controls="all", **LEXICAL)
+    plan = shard_plan(prepared, 3, tmp_path)
+    sharding.run_maps_here(prepared, plan, [0, 1, 2])
+    sharding.run_stats_here(prepared, plan, [0, 1, 2])
+    store = plan.store(prepared)
+    records = sorted(prepared.loaded.records, key=lambda r: (r.source, r.qid))
+    want: dict[str, list[int]] = {}
+    for i, r in enumerate(records):
+        want.setdefault(r.source, [i, 0])[1] += 1
+    assert len(want) > 8 and store.texts(record_keys(records)).spans == {k: tuple(v) for k, v in want.items()}
+    changed = [dataclasses.replace(records[0], qid=records[0].qid + "x"), *records[1:]]
+    with pytest.raises(ValueError, match="not the input's records"):
+        store.texts(record_keys(changed))
+    with pytest.raises(ValueError, match="a shard is missing"):
+        store.texts(record_keys(records[1:]))
+    # the reduce's suspects, their texts read from these files when asked, are the one-process ones
+    sharded, one = reduce_shards(prepared, plan), tdx.pipeline.audit_prepared(prepared)
+    assert not set(SUSPECT_TEXT_COLUMNS) & set(sharded.result.suspect_values.columns)
+    assert len(one.suspects_of("all")) > 100 and sharded.suspects_of("all").equals(one.suspects_of("all"))
+
+
 def test_the_reduce_lets_the_records_go_and_its_audit_keeps_every_text(tmp_path, monkeypatch):
     """``audit_sharded`` owns its prepared audit: once the reduce has read the digests, the
     descriptors and the keys, no ``Record`` or ``Passage`` is alive when the composites start
@@ -83,7 +115,8 @@ def test_the_reduce_lets_the_records_go_and_its_audit_keeps_every_text(tmp_path,
     (``let_go`` false) leaves them. Either way the audit's negatives carry the one-process texts.
     Kills: the records still held (by the prepared audit, or ``audit_sharded`` not letting them
     go), their passages still pooled, the pools swept while the plan's text shares still hold every
-    text (then none is dropped), texts that come from the records."""
+    text (then none is dropped), texts that come from the records, the suspects' texts held by the
+    result (or read for the wrong rows)."""
     counts: list[int] = []
     inner = sharding.store_composites
     gc.collect()
@@ -109,6 +142,8 @@ def test_the_reduce_lets_the_records_go_and_its_audit_keeps_every_text(tmp_path,
     sharded = audit_sharded("demo", shards=3, **kw)
     assert counts == [0] and shares_at_sweep == [0]
     one = tdx.audit("demo", **kw)
+    # the suspects' texts are not held by the result (read from the stat tasks' files when asked)
+    assert not set(SUSPECT_TEXT_COLUMNS) & set(sharded.result.suspect_values.columns)
     assert list(sharded.negatives["text"]) == list(one.negatives["text"])
     assert list(sharded.negatives["query"]) == list(one.negatives["query"])
     prepared = tdx.pipeline.prepare_audit("demo", **kw)
