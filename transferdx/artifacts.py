@@ -17,8 +17,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 
 def safe_join(root: str | Path, name: str) -> Path:
     """``root / name``, refusing any name that would resolve outside ``root``."""
@@ -158,6 +156,8 @@ def atomic_write_csv(
         for start in range(0, max(total, 1), chunk_rows):
             span = slice(start, start + chunk_rows)
             if take is not None:
+                import numpy as np  # here, not at the top: the command line's fast paths import this module
+
                 part = take(np.arange(total)[span] if rows is None else np.asarray(rows)[span])
             else:
                 part = frame.iloc[span] if rows is None else frame.iloc[rows[span]]
