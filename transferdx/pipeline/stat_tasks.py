@@ -205,11 +205,19 @@ class ValueStore:
 
 def _of_source(values: ShardValues, source: str) -> ShardValues:
     """The rows of ``values`` whose ``source`` is ``source`` (per negative and per record), renumbered."""
-    neg = (values.negatives["source"] == source).to_numpy(bool)
-    rec = (values.records["source"] == source).to_numpy(bool)
+    return _masked(
+        values,
+        (values.negatives["source"] == source).to_numpy(bool),
+        (values.records["source"] == source).to_numpy(bool),
+    )
+
+
+def _masked(values: ShardValues, neg: np.ndarray, rec: np.ndarray) -> ShardValues:
+    """The rows of ``values`` where ``neg`` (per negative: the frame and every per-negative array)
+    and ``rec`` (per record) hold, renumbered."""
     return ShardValues(
-        values.negatives.loc[neg].reset_index(drop=True),
-        values.records.loc[rec].reset_index(drop=True),
+        values.negatives[neg].reset_index(drop=True),
+        values.records[rec].reset_index(drop=True),
         None if values.probability is None else values.probability[neg],
         values.other_positive[neg],
         {name: hit[neg] for name, hit in values.text_hits.items()},
@@ -269,14 +277,7 @@ def _rows_of(values: ShardValues, shards: int, shard: int) -> ShardValues:
         mine = np.fromiter((shard_of(str(q), shards) == shard for q in qids), dtype=bool, count=len(qids))
         return mine[codes]
 
-    neg = mask(values.negatives)
-    return ShardValues(
-        values.negatives[neg].reset_index(drop=True),
-        values.records[mask(values.records)].reset_index(drop=True),
-        values.probability[neg] if values.probability is not None else None,
-        values.other_positive[neg],
-        {name: hit[neg] for name, hit in values.text_hits.items()},
-    )
+    return _masked(values, mask(values.negatives), mask(values.records))
 
 
 def compute_stats(
