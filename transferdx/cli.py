@@ -35,7 +35,7 @@ def run_audit(cfg: DictConfig) -> Path:
     if isinstance(result := p.run_stage(prepared, c.shard_settings(cfg)), dict):  # one map task: its marker
         return print(p.shard_line(result)) or out
     result.save(out)
-    print(result.summary())
+    print(result.result.summary())  # the profile; the exclusions are in the line after the flags
     catch, flags = result.catch_rate, result.flags
     if catch.get("n_controls"):
         genuine = catch["genuine_flagged"] or "none"

@@ -103,12 +103,15 @@ def _count(n: int, word: str) -> str:
 
 def exclusions_phrase(exclusions: Sequence[Any], unattributed: int = 0) -> str:
     """``N exclusions`` with the expected ones said apart: a negative repeated on another row of its
-    query (``Exclusion.merged``) is merged, kept once, not a problem in the file."""
+    query (``Exclusion.merged``) is merged, kept once, not a problem in the file; a query the file
+    gives a positive and no negative (``Exclusion.no_negative``) is named with its count."""
     merged = sum(1 for e in exclusions if getattr(e, "merged", False))
-    text = f"{len(exclusions)} exclusions"
+    empty = sum(1 for e in exclusions if getattr(e, "no_negative", False))
+    text = f"{len(exclusions) - merged} exclusions"
+    if empty:
+        text += f" ({empty:,} {'query' if empty == 1 else 'queries'} with a positive and no negative)"
     if merged:
-        other = len(exclusions) - merged
-        text = f"{other} exclusions and {merged} merged repeats (a negative on several rows of one query, kept once)"
+        text += f" and {merged} merged repeats (a negative on several rows of one query, kept once)"
     return text + (f" ({unattributed} records of no known source)" if unattributed else "")
 
 

@@ -14,7 +14,7 @@ from transferdx.artifacts import owned_folder
 from transferdx.auditing.core import AuditResult, NegativeTexts
 from transferdx.auditing.report import exclusions_frame, write_audit
 from transferdx.auditing.verdict import audit_facts, legend_lines, verdict_lines
-from transferdx.display import audit_markdown, audit_repr
+from transferdx.display import audit_markdown, audit_repr, exclusions_phrase
 from transferdx.inputs.records import KINDS
 from transferdx.inputs.texts import text_column
 
@@ -189,8 +189,13 @@ class Audit:
         return "\n".join(legend_lines(self.result.profile.rows)).strip("\n")
 
     def summary(self) -> str:
-        """The profile as a fixed-width text table (what ``transferdx-audit`` prints)."""
-        return self.result.summary()
+        """The profile as a fixed-width text table (what ``transferdx-audit`` prints) and, when the
+        input had any, the exclusions, the expected ones named (queries with a positive and no
+        negative, negatives merged across a query's rows)."""
+        text = self.result.summary()
+        if self.result.exclusions:
+            text += f"\n{exclusions_phrase(self.result.exclusions)} (exclusions.csv; .exclusions)"
+        return text
 
     def save(self, folder: str | Path) -> dict[str, Path]:
         """Write profile.csv/json, records.csv, negatives.csv, exclusions.csv, suspects.csv (the

@@ -40,6 +40,9 @@ from transferdx.inputs.records import (
 )
 from transferdx.inputs.texts import intern_passages, intern_text
 
+# a record with no negative: an input error (under on_error=raise) unless its reader says otherwise
+EMPTY_RECORD = "record has no negatives"
+
 
 class FieldProblem(Exception):
     """A field that fails its check: the reader turns it into a located error or an exclusion."""
@@ -185,7 +188,7 @@ class RecordBuilder:
         negatives: Iterable[Passage],
         source: str,
         kind: str = "genuine",
-        empty_reason: str = "record has no negatives",
+        empty_reason: str = EMPTY_RECORD,
         empty_is_error: bool = True,
     ) -> Record | None:
         """Validate record-level invariants and keep the record, or fail/exclude it."""

@@ -28,6 +28,9 @@ from transferdx import display
 
 POLICIES = ("raise", "skip")
 MERGED_NEGATIVE = "duplicate negative (also row"  # the reason of an expected merge (Exclusion.merged)
+# the reason of a query a grouped file gives a positive and no negative (a miner found none under its
+# settings): a counted exclusion under either error policy (Exclusion.no_negative), not an input error
+NO_NEGATIVE = "query has no negative"
 KINDS = ("genuine", "control")
 # A negative whose text equals one of the record's positives is an error, except when the source
 # built it on purpose (the own_positive_mix control marks such negatives with this relation).
@@ -46,7 +49,8 @@ class InputError(ValueError):
 @dataclass(frozen=True, slots=True)
 class Exclusion:
     """One input item left out of the output, with where it came from and why (:attr:`merged`: an
-    expected one, the same negative on another row of its query, kept once)."""
+    expected one, the same negative on another row of its query, kept once; :attr:`no_negative`: a
+    query the file gives a positive and no negative)."""
 
     file: str
     line: str
@@ -64,6 +68,12 @@ class Exclusion:
         """A negative an earlier row of the same query already gave (one row per (query, positive)
         pair, as ``mine_hard_negatives`` writes): expected, the negative is kept once."""
         return self.unit == "negative" and self.reason.startswith(MERGED_NEGATIVE)
+
+    @property
+    def no_negative(self) -> bool:
+        """A query of a grouped file (labeled pairs, labeled lists, ...) with a positive and no
+        negative, as a miner leaves a query it found no candidate for: left out and counted."""
+        return self.unit == "record" and self.reason == NO_NEGATIVE
 
 
 @dataclass(frozen=True, slots=True)

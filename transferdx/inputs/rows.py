@@ -21,6 +21,10 @@ its descriptor uses. :meth:`RowReader.read` then applies the rules every row for
   ``rank`` is its position among the record's negatives (1-based, before any slice), its
   ``method`` the format's name unless the reader is given one. Scores, when present, stay on each
   passage (``Passage.score``) and are summarised in the descriptor (``mining_scores``).
+- **A query with a positive and no negative** (rows grouped by query: a labeled-pair or labeled-list
+  file whose miner found no negative for it) is a counted exclusion under either error policy
+  (reason :data:`~transferdx.inputs.records.NO_NEGATIVE`), every row of it listed; a query without
+  a positive, or a row that cannot be read, stays a located error under ``on_error=raise``.
 - Every row is accounted for in the descriptor's ``rows``: read = in_records + excluded.
 """
 
@@ -38,10 +42,11 @@ from typing import Any
 
 import numpy as np
 
-from transferdx.inputs.reading import FieldProblem, RecordBuilder, slice_text, text_value
+from transferdx.inputs.reading import EMPTY_RECORD, FieldProblem, RecordBuilder, slice_text, text_value
 from transferdx.inputs.records import (
     ANCHORS,
     MERGED_NEGATIVE,
+    NO_NEGATIVE,
     POSITIVES,
     ST_EXTRAS,
     LoadResult,
@@ -261,6 +266,9 @@ class RowReader:
             negatives = [
                 Passage(text_id(t), t, made_by, rank=r, score=s) for r, (t, s) in enumerate(group.negatives, 1)
             ]
+            # a query the file gives a positive and no negative (a miner found none for it) is a
+            # counted exclusion under either policy; one without a positive stays an input error
+            none_given = group_by_query and bool(group.positives) and not group.negatives
             record = builder.add(
                 group.line,
                 qid=group.qid,
@@ -269,6 +277,8 @@ class RowReader:
                 negatives=negatives if window is None else negatives[window],
                 source=source,
                 kind=kind,
+                empty_reason=NO_NEGATIVE if none_given else EMPTY_RECORD,
+                empty_is_error=not none_given,
             )
             if record is None:
                 excluded_rows += len(group.lines)
