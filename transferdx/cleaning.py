@@ -68,6 +68,7 @@ from transferdx.inputs.transferdx_records import write_records, write_source_fol
 from transferdx.inputs.writing import (
     BORROWED_RELATION,
     FILLS,
+    RELABEL_UNWRITTEN,
     CleanedQuery,
     Rewritten,
     rows_dataset,
@@ -380,14 +381,24 @@ class CleanResult:
     def summary(self) -> str:
         d = self.descriptor
         acted = list(d["reasons"]) + ([f"fn_probability ≥ {d['min_probability']}"] if d.get("probability_used") else [])
+        unheld = int(d.get("n_relabeled_unwritten", 0))
+        relabeled = f"{d['n_relabeled']} relabeled as positives"
+        if unheld:  # never claimed as positives of the copy when it does not hold them
+            relabeled = f"{d['n_relabeled']} relabeled ({d['n_relabeled'] - unheld} of them positives in the copy)"
         lines = [
             f"{d['action']} on {', '.join(acted) or '(no reason)'}: {d['n_removed']} negatives removed, "
-            f"{d['n_relabeled']} relabeled as positives, of {d['n_negatives_in']} in {d['n_records_in']} records",
+            f"{relabeled}, of {d['n_negatives_in']} in {d['n_records_in']} records",
             f"checked: {', '.join(d['reasons_checked']) or '(none)'}",
             *[f"not checked: {r} ({why})" for r, why in d["reasons_unchecked"].items()],
         ]
         if len(self.review):
             lines.append(f"{len(self.review)} other suspects listed for review, not removed (review.csv)")
+        if unheld:
+            lines.append(
+                f"{unheld} relabeled passages are not in the copy, as positive or negative: the shape holds a positive "
+                f"only in a row with negatives the query no longer keeps (rows.csv, {RELABEL_UNWRITTEN}: each, and "
+                "what would write it)"
+            )
         lines.append(_fill_line(d))
         if d["n_emptied"]:
             borrowing = f"{d['n_borrowed']} borrow the next query's negatives; " if d.get("fill") == "borrow" else ""

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from transferdx.inputs.reading import RecordBuilder, parse_slice, require_path
-from transferdx.inputs.records import LoadResult, Plan, Table
+from transferdx.inputs.records import LoadResult, Passage, Plan, Table
 from transferdx.inputs.registry import Format, Shape, register
 from transferdx.inputs.rows import Row, RowReader, cell_list, cell_scores, cell_text, cell_texts
 from transferdx.inputs.tables import read_table
-from transferdx.inputs.writing import Cleaning, Rewritten, RowChange, kept_cells, rows_with_queries
+from transferdx.inputs.writing import RELABEL_UNWRITTEN, Cleaning, Rewritten, RowChange, kept_cells, rows_with_queries
 
 
 def _plan(columns: Sequence[str]) -> Plan:
@@ -90,48 +90,74 @@ def _write(table: Table, plan: Plan, cleaning: Cleaning, source: str | None) -> 
     went); a relabeled negative moves to the end of ``pos`` (its score to ``pos_scores``); a line
     left with no negative (FlagEmbedding samples from ``neg``, so it needs one) is dropped, or with
     ``clean.fill`` takes the query's other kept negatives, or the next query's (``refilled`` /
-    ``borrowed``); ``clean.keep`` keeps the first accepted ones."""
+    ``borrowed``); ``clean.keep`` keeps the first accepted ones. A relabeled negative of a dropped
+    line joins the ``pos`` of the query's next line written (else its last one); when no line of its
+    query is written it is listed (:data:`~transferdx.inputs.writing.RELABEL_UNWRITTEN`), not in the
+    copy."""
     out: list[dict[str, Any]] = []
     changes: list[RowChange] = []
     text_cells = table.cells_are_text
     moved_done: set[tuple[str, str]] = set()
+    waiting: dict[str, list[Passage]] = {}  # relabeled negatives of a dropped line, by query
+    last: dict[str, tuple[int, int]] = {}  # the query's last line written: (index in out, its line)
     shaped, skipped = rows_with_queries(
         table, cleaning, lambda r: cleaning.by_query.get((str(source), str(r.get("query"))))
     )
     for line, row, query in shaped:
+        qid = query.record.qid
         neg = cell_texts(row, "neg", text_cells)
         keep = kept_cells(neg, query.record.negatives)
         n_lost = keep.count(False)
-        if n_lost == 0 and (cleaning.keep is None or len(neg) <= cleaning.keep):
+        held = [p for p in waiting.get(qid, []) if (qid, p.text) not in moved_done]
+        if n_lost == 0 and not held and (cleaning.keep is None or len(neg) <= cleaning.keep):
+            last[qid] = (len(out), line)
             out.append(dict(row))
             continue
-        qid = query.record.qid
         new = dict(row)
         neg_s = cell_list(row, "neg_scores", text_cells) if plan["scores"] else [None] * len(neg)
         own = dict(zip(neg, neg_s, strict=False))
         moved = [p for p in query.added if p.text in neg and (qid, p.text) not in moved_done]
-        moved_done.update((qid, p.text) for p in moved)
-        if moved:
-            new["pos"] = [*cell_texts(row, "pos", text_cells), *(p.text for p in moved)]
-            if plan["scores"]:
-                new["pos_scores"] = [*cell_list(row, "pos_scores", text_cells), *(own[p.text] for p in moved)]
+        moved += [p for p in held if p not in moved]
         kept = [(t, own.get(t)) for t, k in zip(neg, keep, strict=True) if k][: cleaning.keep]
         change = "relabeled" if moved else "trimmed"
         if not kept:  # FlagEmbedding samples from neg: a line needs one
             if cleaning.fill == "none":
                 changes.append(RowChange(line, qid, "dropped", n_lost, "no negative left (clean.fill=repeat keeps it)"))
+                waiting.setdefault(qid, []).extend(p for p in moved if p not in waiting.get(qid, []))
                 continue
             fill = query.fill
             change = "borrowed" if query.borrowed and not query.record.negatives else "refilled"
             kept = [(p.text, own.get(p.text, p.score)) for p in fill]
             if not kept:
                 changes.append(RowChange(line, qid, "unwritable", n_lost))
+                waiting.setdefault(qid, []).extend(p for p in moved if p not in waiting.get(qid, []))
                 continue
+        moved_done.update((qid, p.text) for p in moved)
+        if moved:
+            new["pos"] = [*cell_texts(row, "pos", text_cells), *(p.text for p in moved)]
+            if plan["scores"]:
+                scores = (own.get(p.text, p.score) for p in moved)
+                new["pos_scores"] = [*cell_list(row, "pos_scores", text_cells), *scores]
         new["neg"] = [t for t, _ in kept]
         if plan["scores"]:
             new["neg_scores"] = [s for _, s in kept]
+        last[qid] = (len(out), line)
         out.append(new)
         changes.append(RowChange(line, qid, change, n_lost))
+    for qid, passages in waiting.items():  # no later line of the query written: its last written line, or none
+        for p in (p for p in passages if (qid, p.text) not in moved_done):
+            if qid in last:
+                at, at_line = last[qid]
+                row = dict(out[at])
+                row["pos"] = [*cell_texts(row, "pos", text_cells), p.text]
+                if plan["scores"]:
+                    row["pos_scores"] = [*cell_list(row, "pos_scores", text_cells), p.score]
+                out[at] = row
+                changes.append(RowChange(at_line, qid, "relabeled", 0, f"relabeled positive {p.id} of a dropped line"))
+                continue
+            why = f"relabeled positive {p.id} not in the copy: no line of its query keeps a negative"
+            lend = " (clean.fill=borrow lends the next query's)" if cleaning.fill != "borrow" else ""
+            changes.append(RowChange(None, qid, RELABEL_UNWRITTEN, 0, why + lend))
     return Rewritten(list(table.columns), out, changes, skipped)
 
 

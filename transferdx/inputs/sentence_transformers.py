@@ -58,12 +58,14 @@ from transferdx.inputs.rows import (
 from transferdx.inputs.tables import form_of, held, is_saved_dataset, negative_columns, read_table, storage_form
 from transferdx.inputs.textforms import is_gzip, read_tab_lines
 from transferdx.inputs.writing import (
+    RELABEL_UNWRITTEN,
     CleanedQuery,
     Cleaning,
     Rewritten,
     RowChange,
     fill_slots,
     kept_cells,
+    positives_first,
     rows_with_queries,
 )
 
@@ -336,7 +338,7 @@ def write_slots(columns_of: Callable[[Mapping[str, Any]], list[str]]) -> Callabl
             rows.append((line, row, query, cols, keep))
             if any(keep):
                 pairs_kept.add((str(row[anchor]), str(row[pos])))
-        out: list[dict[str, Any]] = []
+        placed: list[tuple[str, str, dict[str, Any]]] = []  # (qid, role, row): see positives_first
         changes: list[RowChange] = []
         added: set[tuple[str, str]] = set()
         unused: set[str] = set()  # negative columns past clean.keep: not written
@@ -350,7 +352,7 @@ def write_slots(columns_of: Callable[[Mapping[str, Any]], list[str]]) -> Callabl
             lookup = _by_text(query)
             kept = [lookup[t] for t, c in zip(texts, keep, strict=True) if c]
             if n_lost == 0 and k == len(cols):
-                out.append(dict(row))
+                placed.append((qid, "original", dict(row)))
             elif not any(keep) and pair in pairs_kept:
                 changes.append(RowChange(line, qid, "dropped", n_lost, "its (anchor, positive) pair keeps other rows"))
             else:
@@ -360,24 +362,26 @@ def write_slots(columns_of: Callable[[Mapping[str, Any]], list[str]]) -> Callabl
                     changes.append(
                         RowChange(line, qid, change or "trimmed", n_lost, why if change == "dropped" else "")
                     )
-                if change in ("unwritable", "dropped"):
-                    continue
-                pairs_kept.add(pair)
-                out.append(_slot_row(row, cols, slots, plan, positive, own))
+                if change not in ("unwritable", "dropped"):
+                    pairs_kept.add(pair)
+                    placed.append((qid, "original", _slot_row(row, cols, slots, plan, positive, own)))
+            # each relabeled passage of the row: a row of its own (the row's kept negatives, then the
+            # query's next ones), even when the row it was in is dropped; after the query's first row
             for moved in query.added:
                 if moved.text in texts and (qid, moved.text) not in added:
                     added.add((qid, moved.text))
                     slots, change = fill_slots([p for p in kept if p.text != moved.text], k, query, cleaning.fill)
                     if change in ("unwritable", "dropped"):
-                        changes.append(
-                            RowChange(None, qid, change, 0, f"relabeled positive {moved.id}: too few negatives")
-                        )
+                        why = _unheld(moved, k, query, cleaning.fill)
+                        changes.append(RowChange(None, qid, RELABEL_UNWRITTEN, 0, why))
                         continue
                     positive_score = own.get(moved.text, moved.score)
-                    out.append(_slot_row({**row, pos: moved.text}, cols, slots, plan, positive_score, own))
+                    new = _slot_row({**row, pos: moved.text}, cols, slots, plan, positive_score, own)
+                    placed.append((qid, "relabeled", new))
                     changes.append(
                         RowChange(None, qid, "added", 0, f"relabeled positive {moved.id} ({change or 'kept'})")
                     )
+        out = positives_first(placed)
         if not unused:
             return Rewritten(list(table.columns), out, changes, skipped)
         columns = [c for c in table.columns if c not in unused]
@@ -386,14 +390,31 @@ def write_slots(columns_of: Callable[[Mapping[str, Any]], list[str]]) -> Callabl
     return write
 
 
+def _unheld(moved: Passage, k: int, query: CleanedQuery, fill: str) -> str:
+    """Why a fixed-slot table (triplet, n-tuple) cannot hold relabeled ``moved`` as a positive: a
+    row needs ``k`` negatives, and the table has no pair form (every row has the same columns)."""
+    have = len(query.record.negatives)
+    if fill == "none":
+        return (
+            f"relabeled positive {moved.id} not in the copy: its row needs {k} negatives, the query keeps {have} "
+            "(clean.fill=repeat writes it)"
+        )
+    return (
+        f"relabeled positive {moved.id} not in the copy: its row needs {k} negatives and nothing is left to "
+        "fill it from" + (" (clean.fill=borrow lends the next query's)" if fill == "repeat" else "")
+    )
+
+
 def _write_labeled_list(table: Table, plan: Plan, cleaning: Cleaning, source: str | None) -> Rewritten:
     """``anchor, positive`` (a list of documents) with ``labels`` and/or ``scores``: each document
     labelled 0 stays while the cleaned record holds it; a relabeled one gets label 1 (with
-    ``labels``) or, with scores only (positive first), a row of its own with the row's kept
-    negatives (``added``); a removed one leaves the lists (``trimmed``). A row may keep no negative
-    (the shape allows it)."""
+    ``labels``; moved after the row's last labelled-1 document when it came before it) or, with
+    scores only (positive first), a row of its own with the row's kept negatives (``added``); a
+    removed one leaves the lists (``trimmed``). A relabeled document never becomes the query's first
+    positive (:func:`~transferdx.inputs.writing.positives_first`). A row may keep no negative (the
+    shape allows it)."""
     anchor, pos, text_cells = plan["anchor"], plan["positive"], table.cells_are_text
-    out: list[dict[str, Any]] = []
+    placed: list[tuple[str, str, dict[str, Any]]] = []  # (qid, role, row): see positives_first
     changes: list[RowChange] = []
     shaped, skipped = rows_with_queries(
         table, cleaning, lambda r: cleaning.by_query.get((str(source), str(r.get(anchor))))
@@ -410,28 +431,43 @@ def _write_labeled_list(table: Table, plan: Plan, cleaning: Cleaning, source: st
         relabel = [d in negative and d in moved and labels is not None for d in docs]
         n_lost = sum(1 for s, r in zip(stays, relabel, strict=True) if not s and not r)
         stays = _first_negatives(stays, [d in negative for d in docs], cleaning.keep)
+        qid = query.record.qid
+        role = "original" if any(d not in negative for d in docs) else ("relabeled" if any(relabel) else "other")
         if n_lost == 0 and not any(relabel) and not (moved & negative) and stays.count(True) == len(docs):
-            out.append(dict(row))
+            placed.append((qid, role, dict(row)))
             continue
         take = [s or r for s, r in zip(stays, relabel, strict=True)]
-        new = dict(row) | {pos: _cells([d for d, k in zip(docs, take, strict=True) if k], row, pos)}
+        order = _after_positives([i for i, k in enumerate(take) if k], [d not in negative for d in docs], relabel)
+        new = dict(row) | {pos: _cells([docs[i] for i in order], row, pos)}
         if labels is not None:
             one = [1 if r else lab for lab, r in zip(labels, relabel, strict=True)]
-            new[plan["labels"]] = _cells([v for v, k in zip(one, take, strict=True) if k], row, plan["labels"])
+            new[plan["labels"]] = _cells([one[i] for i in order], row, plan["labels"])
         if scores is not None:
-            new[plan["scores"]] = _cells([v for v, k in zip(scores, take, strict=True) if k], row, plan["scores"])
-        out.append(new)
+            new[plan["scores"]] = _cells([scores[i] for i in order], row, plan["scores"])
+        placed.append((qid, role, new))
         change = "relabeled" if any(relabel) else "trimmed"
-        changes.append(RowChange(line, query.record.qid, change, n_lost + sum(relabel)))
+        changes.append(RowChange(line, qid, change, n_lost + sum(relabel)))
         if labels is None:  # scores only: a relabeled document becomes the first of a row of its own
             for d, s in zip(docs, scores or [], strict=False):
                 if d in negative and d in moved:
                     rest = [(t, v) for t, v, k in zip(docs, scores or [], take, strict=True) if k and t in negative]
                     new = dict(row) | {pos: _cells([d] + [t for t, _ in rest], row, pos)}
                     new[plan["scores"]] = _cells([s] + [v for _, v in rest], row, plan["scores"])
-                    out.append(new)
-                    changes.append(RowChange(None, query.record.qid, "added", 0, f"relabeled positive {d[:40]!r}"))
-    return Rewritten(list(table.columns), out, changes, skipped)
+                    placed.append((qid, "relabeled", new))
+                    changes.append(RowChange(None, qid, "added", 0, f"relabeled positive {d[:40]!r}"))
+    return Rewritten(list(table.columns), positives_first(placed), changes, skipped)
+
+
+def _after_positives(kept: list[int], original: Sequence[bool], relabeled: Sequence[bool]) -> list[int]:
+    """``kept`` (a row's document indices, in order) with each relabeled document that comes before
+    the row's last original positive moved after it: the row's positives keep their order, p0 first."""
+    last = max((i for i in kept if original[i]), default=-1)
+    early = [i for i in kept if relabeled[i] and i < last]
+    if not early:
+        return kept
+    rest = [i for i in kept if i not in early]
+    at = rest.index(last) + 1
+    return rest[:at] + early + rest[at:]
 
 
 def _first_negatives(stays: list[bool], is_negative: Sequence[bool], keep: int | None) -> list[bool]:
@@ -454,25 +490,28 @@ def _cells(values: list[Any], row: Mapping[str, Any], column: str) -> Any:
 
 def _write_labeled_pair(table: Table, plan: Plan, cleaning: Cleaning, source: str | None) -> Rewritten:
     """``anchor, positive, label``: a label-0 row stays while the cleaned record holds its document,
-    becomes label 1 when it was relabeled (``relabeled``), else is left out (``dropped``); a query
-    left without negatives keeps its label-1 rows (anchor-positive pairs: the shape allows it)."""
-    out: list[dict[str, Any]] = []
+    becomes label 1 when it was relabeled (``relabeled``; after the query's first label-1 row, so
+    that it never becomes the query's first positive), else is left out (``dropped``); a query left
+    without negatives keeps its label-1 rows (anchor-positive pairs: the shape allows it)."""
+    placed: list[tuple[str, str, dict[str, Any]]] = []  # (qid, role, row): see positives_first
     changes: list[RowChange] = []
     shaped, skipped = rows_with_queries(
         table, cleaning, lambda r: cleaning.by_query.get((str(source), str(r.get(plan["anchor"]))))
     )
     for line, row, query in shaped:
-        label, doc = row.get("label"), str(row[plan["positive"]])
-        if cell_label(label, "label") == 1 or kept_cells([doc], query.record.negatives)[0]:
-            out.append(dict(row))
+        label, doc, qid = row.get("label"), str(row[plan["positive"]]), query.record.qid
+        if cell_label(label, "label") == 1:
+            placed.append((qid, "original", dict(row)))
+        elif kept_cells([doc], query.record.negatives)[0]:
+            placed.append((qid, "other", dict(row)))
         elif doc in {p.text for p in query.added}:
             kind: Any = type(label)
             one = ("1.0" if "." in label else "1") if isinstance(label, str) else kind(1)
-            out.append(dict(row) | {"label": one})
-            changes.append(RowChange(line, query.record.qid, "relabeled", 1))
+            placed.append((qid, "relabeled", dict(row) | {"label": one}))
+            changes.append(RowChange(line, qid, "relabeled", 1))
         else:
-            changes.append(RowChange(line, query.record.qid, "dropped", 1, "its negative was removed"))
-    return Rewritten(list(table.columns), out, changes, skipped)
+            changes.append(RowChange(line, qid, "dropped", 1, "its negative was removed"))
+    return Rewritten(list(table.columns), positives_first(placed), changes, skipped)
 
 
 register(

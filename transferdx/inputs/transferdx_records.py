@@ -29,7 +29,14 @@ from transferdx.inputs.registry import Format, Shape, keep, register
 from transferdx.inputs.rows import table_input
 from transferdx.inputs.tables import folder_members, read_sidecars, read_unchanged, source_stem, storage_form
 from transferdx.inputs.textforms import read_json_lines
-from transferdx.inputs.writing import Cleaning, Rewritten, RowChange, rows_with_queries, write_sidecars
+from transferdx.inputs.writing import (
+    RELABEL_UNWRITTEN,
+    Cleaning,
+    Rewritten,
+    RowChange,
+    rows_with_queries,
+    write_sidecars,
+)
 
 
 def _passage(obj: Any, where: str, *, default_method: str | None = None) -> Passage:
@@ -261,8 +268,13 @@ def _write(table: Table, plan: Plan, cleaning: Cleaning, source: str | None) -> 
         if n_lost == 0 and not query.added and (cleaning.keep is None or n_in <= cleaning.keep):
             out.append(dict(row))
             continue
-        if not query.fill:  # a record needs a negative
+        if not query.fill:  # a record needs a negative: its relabeled positives go with it, listed
             changes.append(RowChange(line, rec.qid, "dropped" if cleaning.fill == "none" else "unwritable", n_lost))
+            lend = " (clean.fill=borrow lends the next query's)" if cleaning.fill != "borrow" else ""
+            why = "not in the copy: a record needs a negative and none is left" + lend
+            changes += [
+                RowChange(None, rec.qid, RELABEL_UNWRITTEN, 0, f"relabeled positive {p.id} {why}") for p in query.added
+            ]
             continue
         text_cells = table.cells_are_text
         new = dict(row) | {

@@ -38,7 +38,7 @@ from transferdx.inputs.records import (
 )
 from transferdx.inputs.registry import Format, register
 from transferdx.inputs.textforms import id_text_lines, iter_lines, read_id_text_tsv, read_json_document
-from transferdx.inputs.writing import Cleaning, Rewritten, RowChange
+from transferdx.inputs.writing import RELABEL_UNWRITTEN, Cleaning, Rewritten, RowChange
 
 
 def read_topics(path: str | Path) -> dict[str, str]:
@@ -270,7 +270,9 @@ def load_trec_dl(
 
 def _write_run(table: Table, plan: Plan, cleaning: Cleaning, source: str | None) -> Rewritten:
     """A run's ``retrieve_results`` document without the candidates cleaning removed from (or
-    relabeled in) the run's record of each query; judgments are the collection's and stay as they are."""
+    relabeled in) the run's record of each query; judgments are the collection's and stay as they are,
+    so a relabeled candidate is not a positive of the copy (listed:
+    :data:`~transferdx.inputs.writing.RELABEL_UNWRITTEN`)."""
     out: list[dict[str, Any]] = []
     changes: list[RowChange] = []
     for line, entry in zip(table.lines, table.rows, strict=True):
@@ -283,6 +285,10 @@ def _write_run(table: Table, plan: Plan, cleaning: Cleaning, source: str | None)
         kept = [h for h in hits if str(h.get("docid")) not in gone]
         out.append(dict(entry) | {"hits": kept})
         changes.append(RowChange(line, qid, "trimmed", len(hits) - len(kept)))
+        query = cleaning.by_qid.get((str(source), qid))
+        why = "not in the copy: a TREC-DL folder's positives are its judgments (qrels), which stay as they are"
+        moved = query.added if query is not None else ()
+        changes += [RowChange(None, qid, RELABEL_UNWRITTEN, 0, f"relabeled positive {p.id} {why}") for p in moved]
     return Rewritten(list(table.columns), out, changes)
 
 

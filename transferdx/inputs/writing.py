@@ -104,8 +104,25 @@ class RowChange:
 # its shape needs, its pair keeps other rows, or a removed negative's labeled row); kept: the row
 # wrote its first clean.keep accepted negatives;
 # relabeled: a negative became a positive in the row; added: a new row for a relabeled positive;
-# trimmed: lost negatives where the format takes any number (a list); unwritable: no negative anywhere
-ROW_CHANGES = ("refilled", "repeated", "borrowed", "dropped", "relabeled", "added", "trimmed", "kept", "unwritable")
+# trimmed: lost negatives where the format takes any number (a list); unwritable: no negative anywhere;
+# relabel_unwritten: a relabeled passage the copy does not hold (RELABEL_UNWRITTEN)
+ROW_CHANGES = (
+    "refilled",
+    "repeated",
+    "borrowed",
+    "dropped",
+    "relabeled",
+    "added",
+    "trimmed",
+    "kept",
+    "unwritable",
+    "relabel_unwritten",
+)
+# A passage cleaning relabeled that the copy could not hold as a positive: the shape needs a row of
+# negatives the query no longer has (a triplet or n-tuple row short of its slots and no pair form in
+# the table; a FlagEmbedding line or a record left with none). Listed (line None, detail: which
+# passage and why), counted in the summary, never claimed as relabeled in the copy.
+RELABEL_UNWRITTEN = "relabel_unwritten"
 
 
 @dataclass(frozen=True)
@@ -130,6 +147,27 @@ def rows_with_queries(
         if line not in cleaning.skip_lines and query is not None:
             out.append((line, row, query))
     return out, len(table.rows) - len(out)
+
+
+def positives_first(rows: Sequence[tuple[str, str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The rows in order, ``(qid, role, row)``, except that a row whose positive is a relabeled one
+    (role ``relabeled``) waits until its query's first row with an input positive (role ``original``)
+    is written: a re-read takes a query's positives in order of first appearance, so the input's
+    first positive stays p0 and a relabeled passage never takes its place. Other rows (role
+    ``other``: a labeled pair's negative) keep their place; a relabeled row whose query has no
+    original row in the copy ends the table."""
+    out: list[dict[str, Any]] = []
+    started: set[str] = set()
+    waiting: dict[str, list[dict[str, Any]]] = {}
+    for qid, role, row in rows:
+        if role == "relabeled" and qid not in started:
+            waiting.setdefault(qid, []).append(row)
+            continue
+        out.append(row)
+        if role == "original" and qid not in started:
+            started.add(qid)
+            out += waiting.pop(qid, [])
+    return out + [row for held in waiting.values() for row in held]
 
 
 def kept_cells(texts: Sequence[str], kept: Sequence[Passage]) -> list[bool]:

@@ -30,7 +30,7 @@ from transferdx.cleaning import (
 from transferdx.diagnostics.suspicion import MIN_PROBABILITY, TEXT_REASONS
 from transferdx.inputs.records import LoadResult, Record, file_stat
 from transferdx.inputs.tables import is_saved_dataset
-from transferdx.inputs.writing import CleanedQuery, Cleaning, rewrite
+from transferdx.inputs.writing import RELABEL_UNWRITTEN, CleanedQuery, Cleaning, rewrite
 from transferdx.pipeline.auditing import audit
 from transferdx.pipeline.encoders import EncoderLike
 from transferdx.pipeline.loading import load
@@ -196,6 +196,10 @@ def clean(
     descriptor["n_review"] = len(review)
     descriptor["input_sha256"] = {Path(k.table.file).name: k.table.sha256 for k in loaded.tables if k.table.sha256}
     descriptor["input_changed"] = changed_since_read(loaded)
+    # relabeled passages the copy's shape could not hold as positives (each listed in rows.csv)
+    descriptor["n_relabeled_unwritten"] = sum(
+        1 for t in tables for c in t.rewritten.changes if c.change == RELABEL_UNWRITTEN
+    )
     if tables:
         descriptor["rows"] = row_accounting(tables)
     done = CleanResult(
