@@ -13,9 +13,10 @@ temporary folder and compares the digests).
 
 ``measure``: each file audited as a user would (``transferdx.audit(path, controls="none")``), its
 negatives labelled by the deep judgments (grade ≥ 2 = false negative, 0–1 = true one, unjudged left
-out) and written as one per-negative frame (``frames.parquet`` in ``--out``) with the audit's
-features, ``p_calibrated`` (the detector's probability at its training share, before any share
-adjustment) and ``fn_probability`` (what the audit reports), for ``experiments/fn_mined.py``.
+out) and written as one per-negative frame (``experiments/results/fn_mined/frames.parquet``,
+committed: :data:`FRAME_COLUMNS`, no passage text) with the audit's features, ``p_calibrated`` (the
+detector's probability at its training share) and ``fn_probability`` (what the audit reports), for
+``experiments/fn_mined.py``.
 
     .venv/bin/python experiments/mined_files.py build   [DATA_DIR] [--out DIR] [--check]
     .venv/bin/python experiments/mined_files.py measure [DATA_DIR] [--out DIR]
@@ -44,6 +45,33 @@ YEARS = ("dl19", "dl21")
 SEED = 0
 RELEVANT_GRADE = 2
 DEFAULT_OUT = Path.home() / ".cache" / "transferdx" / "mined_files"
+# what ``measure`` keeps per negative (no text: the committed frame holds features, labels and what the
+# audit said, never a passage of the data set)
+FRAMES = Path(__file__).resolve().parent / "results" / "fn_mined" / "frames.parquet"
+FRAME_COLUMNS = (
+    "year",
+    "miner",
+    "setting",
+    "regime",
+    "group",
+    "qid",
+    "trec_qid",
+    "neg_index",
+    "s_qp",
+    "s_qn",
+    "s_pn",
+    "coverage",
+    "p_calibrated",
+    "fn_probability",
+    "fn_near_duplicate_positive",
+    "fn_duplicate_positive",
+    "fn_prior",
+    "fn_prior_ci_low",
+    "fn_prior_ci_high",
+    "fn_prior_boundary",
+    "grade",
+    "y",
+)
 
 # setting name → mine_hard_negatives keywords (output_format included). "docs" is the recipe of the
 # sentence-transformers documentation; the others vary one thing at a time around it or around top-k.
@@ -57,7 +85,13 @@ GRID: dict[str, dict[str, Any]] = {
         "sampling_strategy": "random",
         "output_format": "n-tuple",
     },
-    "maxscore5": {"range_max": 30, "max_score": 0.8, "num_negatives": 5, "sampling_strategy": "top", "output_format": "n-tuple"},
+    "maxscore5": {
+        "range_max": 30,
+        "max_score": 0.8,
+        "num_negatives": 5,
+        "sampling_strategy": "top",
+        "output_format": "n-tuple",
+    },
     "relmargin5": {
         "range_max": 30,
         "relative_margin": 0.05,
@@ -109,7 +143,9 @@ def regime(miner: str, setting: str) -> str:
     """The regime a file belongs to: how its negatives were filtered, and whether the miner is the
     audit's own encoder (``own``) or another view (``other``)."""
     cfg = GRID[setting]
-    kind = "margin" if ("relative_margin" in cfg or "absolute_margin" in cfg) else "cap" if "max_score" in cfg else "top"
+    kind = (
+        "margin" if ("relative_margin" in cfg or "absolute_margin" in cfg) else "cap" if "max_score" in cfg else "top"
+    )
     if kind == "top" and cfg.get("range_min", 0) > 0:
         kind = "window"
     return f"{'own' if miner == 'minilm' else 'other'}-{kind}"
@@ -153,7 +189,9 @@ def pairs(qs):
     from datasets import Dataset
 
     qids = list(qs.queries)
-    return Dataset.from_dict({"query": [qs.queries[q] for q in qids], "answer": [qs.pool[qs.positives[q][0]] for q in qids]})
+    return Dataset.from_dict(
+        {"query": [qs.queries[q] for q in qids], "answer": [qs.pool[qs.positives[q][0]] for q in qids]}
+    )
 
 
 def bm25_mined(qs, setting: str, path: Path) -> None:
@@ -176,7 +214,9 @@ def bm25_mined(qs, setting: str, path: Path) -> None:
         if cfg["output_format"] == "triplet":
             rows += [{"query": qs.queries[qid], "answer": pos, "negative": n} for n in chosen]
         else:
-            rows.append({"query": qs.queries[qid], "answer": pos, **{f"negative_{i + 1}": n for i, n in enumerate(chosen)}})
+            rows.append(
+                {"query": qs.queries[qid], "answer": pos, **{f"negative_{i + 1}": n for i, n in enumerate(chosen)}}
+            )
     pd.DataFrame(rows).to_parquet(path, index=False)
 
 
@@ -286,17 +326,19 @@ def measure(data: Path, out: Path) -> pd.DataFrame:
             if texts is not None and "text" in texts:
                 frame["text"] = texts["text"].to_numpy()
                 frame["query"] = texts["query"].to_numpy()
+            owner = np.repeat(np.arange(len(recs)), recs["n_negatives"].to_numpy())
+            frame["s_qp"] = recs["s_qp"].to_numpy(dtype=np.float64)[owner]
             frame, _ = label_negatives(frame, qs)
             prof = {str(r["source"]): r for r in audit.result.profile.rows}
-            for col in ("fn_prior", "fn_prior_ci_low", "fn_prior_ci_high", "fn_prior_applied"):
+            for col in ("fn_prior", "fn_prior_ci_low", "fn_prior_ci_high", "fn_prior_boundary"):
                 frame[col] = [prof[str(s)].get(col) for s in frame["source"]]
             frame = frame.assign(year=year, miner=miner, setting=setting, regime=regime(miner, setting))
             frame["group"] = year + ":" + frame["trec_qid"].astype(str)
-            keep = [c for c in frame.columns if c not in ("text", "query", "positive")]
-            frames.append(frame[keep])
+            frames.append(frame[list(FRAME_COLUMNS)])
             print(f"measured {year}/{miner}__{setting}: {len(frame)} negatives, {len(recs)} records", flush=True)
     out_frame = pd.concat(frames, ignore_index=True)
-    out_frame.to_parquet(out / "frames.parquet", index=False)
+    FRAMES.parent.mkdir(parents=True, exist_ok=True)
+    out_frame.to_parquet(FRAMES, index=False)
     return out_frame
 
 

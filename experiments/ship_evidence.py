@@ -1,14 +1,16 @@
 """Write ``transferdx/auditing/evidence.json``: what the package's own validation found, as the verdict
 quotes it, read from the committed results (never typed into a string).
 
-Three entries: ψ̄'s rank agreement with transfer in the static validation
+Four entries: ψ̄'s rank agreement with transfer in the static validation
 (``experiments/results/validation/static/validation_audit.csv``, the row ``ψ̄``: Spearman over all
 trained sources and over the genuine ones, each with its interval from both uncertainties), with the
 run's provenance; each fixed suspicion rule's precision on both TREC-DL years
 (``experiments/results/fn_years/rule_precision.json``); and what cleaning did to the retrievers trained
-in the cleaning experiment (``experiments/results/cleaning/results.json``). ``tests/test_bottom_line.py``
-checks that the shipped file equals what this script computes from the committed results, and that
-the verdict says those numbers.
+in the cleaning experiment (``experiments/results/cleaning/results.json``); and the judged share of false
+negatives on files mined the way users mine, with how often the audit's EM estimate covered it
+(``experiments/results/fn_mined/results.json`` → ``mined_share``, from ``experiments/fn_mined.py``).
+``tests/test_bottom_line.py`` checks that the shipped file equals what this script computes from the
+committed results, and that the verdict says those numbers.
 
     python experiments/ship_evidence.py [--check]
 """
@@ -27,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results" / "validation" / "static"
 RULES = ROOT / "experiments" / "results" / "fn_years" / "rule_precision.json"
 CLEANING = ROOT / "experiments" / "results" / "cleaning" / "results.json"
+MINED = ROOT / "experiments" / "results" / "fn_mined" / "results.json"
 YEARS = {"dl19": "TREC-DL19", "dl21": "TREC-DL21"}
 LABELS = {"BM25": "BM25", "SPLADE_P_P_ENSEMBLE_DISTIL": "SPLADE++ (learned sparse)"}  # the miners, as said
 SHIPPED = ROOT / "transferdx" / "auditing" / "evidence.json"
@@ -62,6 +65,7 @@ def evidence(results: Path = RESULTS) -> dict[str, Any]:
         },
         "rule_precision": rule_evidence(),
         "cleaning": cleaning_evidence(),
+        "mined_share": json.loads(MINED.read_text(encoding="utf-8"))["mined_share"],
     }
 
 

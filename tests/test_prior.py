@@ -72,32 +72,44 @@ def test_em_interval_covers_the_truth_and_is_reproducible():
     assert no_ci.prior == a.prior and np.isnan(no_ci.low) and np.isnan(no_ci.high)
 
 
-def test_the_audit_lowers_probabilities_to_the_estimate_but_never_raises_them():
-    """core.source_priors: per source π̂ with its CI (genuine only), and p moved to min(π̂, π_t);
-    the verdict says when the estimate was above the training share and not applied."""
+def test_the_audit_estimates_each_sources_share_but_moves_nothing_to_it():
+    """core.source_priors: per source π̂ with its CI (genuine only), a diagnostic (issue 54: nothing is
+    moved to it). An estimate on 1, or on 0 with a mining margin in sight, is not identified: NaN share
+    and CI (never 0.000 [0.000, 0.000]), the boundary recorded, and the verdict says so; π̂ = 0
+    without a margin (easy negatives) stands."""
     from types import SimpleNamespace
 
     from transferdx.auditing.core import source_priors
-    from transferdx.auditing.verdict import prior_sentence
+    from transferdx.auditing.verdict import prior_sentence, prior_unidentified
     from transferdx.diagnostics.fn_combined import load_combined
 
     pi_t = load_combined().prior
-    records = [
-        SimpleNamespace(source=s, qid=f"q{i}", kind=k)
-        for s, k in (("low", "genuine"), ("high", "control"))
-        for i in range(40)
-    ]
+    names = (("low", "genuine"), ("high", "control"), ("easy", "genuine"), ("margin", "genuine"), ("top", "genuine"))
+    records = [SimpleNamespace(source=s, qid=f"q{i}", kind=k) for s, k in names for i in range(40)]
     owner = np.repeat(np.arange(len(records)), 4)
     rng = np.random.default_rng(0)
-    p = np.concatenate([rng.uniform(0.0, 0.3, 160), rng.uniform(0.85, 1.0, 160)])  # few, then most look false
+    few_false = np.concatenate([rng.uniform(0.0, 0.3, 140), rng.uniform(0.9, 1.0, 20)])  # few look false
+    most_false = np.concatenate([rng.uniform(0.0, 0.3, 40), rng.uniform(0.9, 1.0, 120)])  # most look false
+    none_false = rng.uniform(0.0, 0.3, 160)  # fewer false-looking than any mix: π̂ on the boundary 0
+    all_false = rng.uniform(0.9, 1.0, 160)  # π̂ on the boundary 1
+    p = np.concatenate([few_false, most_false, none_false, none_false, all_false])
+    # s(q,p), s(q,n): the "margin" source's hardest negative stops at 0.92·s(q,p), just below α = 0.95
+    s_qp = np.full(len(p), 0.8)
+    s_qn = np.full(len(p), 0.3)
+    s_qn[480] = 0.92 * 0.8
     frame = pd.DataFrame([vars(r) for r in records])  # one row per record: source, qid, kind
-    adjusted, priors = source_priors(frame, owner, p, seed=0, resamples=200, confidence=0.95)
-    low, high = priors["low"], priors["high"]
-    assert low["fn_prior"] < pi_t and low["fn_prior_applied"] == low["fn_prior"]
-    assert low["fn_prior_ci_low"] <= low["fn_prior"] <= low["fn_prior_ci_high"]
-    assert np.allclose(adjusted[:160], adjust(p[:160], pi_t, low["fn_prior"])) and (adjusted[:160] <= p[:160]).all()
-    assert high["fn_prior"] > pi_t and high["fn_prior_applied"] == pi_t and np.isnan(high["fn_prior_ci_low"])
-    assert np.allclose(adjusted[160:], p[160:])  # not raised
-    said = prior_sentence({**high, "fn_prior_ci_low": 0.9, "fn_prior_ci_high": 1.0})
-    assert said is not None and "not raised" in said and f"{pi_t:.3f}" in said
-    assert "moved to it" in (prior_sentence(low) or "")
+    priors = source_priors(frame, owner, p, seed=0, resamples=200, confidence=0.95, scores=(s_qp, s_qn, 0.95))
+    low, high, easy, margin, top = (priors[n] for n, _ in names)
+    assert 0 < low["fn_prior"] < pi_t and low["fn_prior_ci_low"] <= low["fn_prior"] <= low["fn_prior_ci_high"]
+    assert np.isnan(low["fn_prior_boundary"]) and not prior_unidentified(low)
+    assert 1 > high["fn_prior"] > pi_t and np.isnan(high["fn_prior_ci_low"])  # a control: no interval
+    assert em_prior(none_false, pi_t) == 0.0 and em_prior(all_false, pi_t) == 1.0
+    assert easy["fn_prior"] == 0.0 and not prior_unidentified(easy)  # no margin: the boundary 0 stands
+    for side, est in ((0.0, margin), (1.0, top)):
+        assert np.isnan(est["fn_prior"]) and np.isnan(est["fn_prior_ci_low"]) and np.isnan(est["fn_prior_ci_high"])
+        assert est["fn_prior_boundary"] == side and prior_unidentified(est)
+        said = prior_sentence(est)
+        assert "not estimated" in said and f"falls on {side:.0f})" in said and "0.000" not in said
+    for est in (low, high, easy):
+        said = prior_sentence(est)
+        assert "not estimated" in said and "fit no mix" not in said and f"{est['fn_prior']:.3f}" not in said

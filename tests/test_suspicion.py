@@ -23,7 +23,6 @@ from transferdx.auditing.profiles import (
 )
 from transferdx.auditing.report import AUDIT_FILES, write_audit
 from transferdx.diagnostics.fn_combined import features, load_combined
-from transferdx.diagnostics.prior import adjust
 from transferdx.diagnostics.suspicion import (
     ACT_REASONS,
     MIN_PROBABILITY,
@@ -368,9 +367,10 @@ def test_suspects_csv_order_content_and_bytes(tmp_path):
     # c1's two copies of p have the same scores, so the same probability: the tie-break keeps neg_index order
     copies = [k for src, q, k in order if src == "c1" and k in (0, 1)]
     assert copies == [0, 1]
-    # fn_probability is a shipped detector's calibrated probability moved to each source's estimated
-    # prior: recomputed from the negatives table where the single detector scores (the control c1, and
-    # g1's q2, a query no other genuine source holds; g1 and g2 share q1, which the multi detector scores)
+    # fn_probability is a shipped detector's calibrated probability, at its training share (never moved
+    # to a source's estimated share: issue 54): recomputed from the negatives table where the single
+    # detector scores (the control c1, and g1's q2, a query no other genuine source holds; g1 and g2
+    # share q1, which the multi detector scores)
     neg = result.negatives
     s_qp = result.records.set_index(["source", "qid"])["s_qp"]
     x = features(
@@ -386,11 +386,7 @@ def test_suspects_csv_order_content_and_bytes(tmp_path):
     )
     detector = load_combined("single")
     p = detector.probability(x)
-    priors = {row["source"]: row["fn_prior_applied"] for row in result.profile.rows}
-    assert all(0 <= v <= detector.prior for v in priors.values())  # lowered to π̂, never raised
-    assert all(row["fn_prior_applied"] == min(row["fn_prior"], detector.prior) for row in result.profile.rows)
-    pi = np.asarray([priors[src] for src in neg["source"]])
-    expected = adjust(p, detector.prior, pi)
+    expected = p
     single = ((neg["source"] == "c1") | (neg["qid"] == "q2")).to_numpy()
     assert single.any() and (~single).any()
     np.testing.assert_allclose(neg["fn_probability"].to_numpy(dtype=float)[single], expected[single], rtol=1e-9)

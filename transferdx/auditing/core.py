@@ -4,6 +4,7 @@ negative-set descriptors). Pure apart from the encoder, which reads and fills it
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,13 +28,14 @@ from transferdx.diagnostics.composite import CompositeSettings, ci_resamples, co
 from transferdx.diagnostics.fn_combined import agreement, load_combined
 from transferdx.diagnostics.lexical import PROGRESS_MIN, IdfTables, coverage_bucket, idf_tables, negative_residuality
 from transferdx.diagnostics.other_positive import PositiveOwners, other_positive, positive_owners
-from transferdx.diagnostics.prior import adjust, em_prior_ci
+from transferdx.diagnostics.prior import em_prior_ci, identified
 from transferdx.diagnostics.rows import IndexedRows
 from transferdx.diagnostics.semantic import BANDS, BandCuts, buckets, in_batch_scores, record_scores
 from transferdx.diagnostics.suspicion import (
     SuspicionInputs,
     SuspicionSettings,
     checkable_reasons,
+    margin_mining,
     probabilities,
     record_counts,
     suspect_negatives,
@@ -822,8 +824,9 @@ def _suspicion(
     s_pn = inputs.s_pn if inputs.s_pn is not None else nan
     priors: dict[str, dict[str, float]] = {}
     if calibrated is not None:
-        adjusted, priors = source_priors(per_record, owner, calibrated, seed, resamples, confidence)
-        inputs = dataclasses.replace(inputs, probability=adjusted)
+        scores = (s_qp, s_qn, s.alpha) if scored else None
+        priors = source_priors(per_record, owner, calibrated, seed, resamples, confidence, scores)
+        inputs = dataclasses.replace(inputs, probability=calibrated)
     flags = as_categories(suspect_negatives(inputs, s), ("fn_reasons",))  # converted once, then shared
     for col in flags.columns:
         negatives[col] = flags[col].to_numpy() if col == "fn_suspect" else flags[col].array
@@ -895,7 +898,7 @@ def _suspicion_inputs(
 
 
 def _calibrated(records: Sequence[Record], inputs: SuspicionInputs) -> np.ndarray | None:
-    """p(false negative) per negative at the detectors' training prior (before a source's π̂ moves
+    """p(false negative) per negative at the detectors' training prior (what ``fn_probability`` reports:
     it): the other sources' agreement on the query (a query's records of every source are all
     here), then :func:`~transferdx.diagnostics.suspicion.probabilities`. None without the encoder."""
     if inputs.s_qn is None:
@@ -911,27 +914,38 @@ def _calibrated(records: Sequence[Record], inputs: SuspicionInputs) -> np.ndarra
 
 
 PRIOR_STREAM = 0xF2  # the prior's bootstrap stream key, next to the false-negative rates' 0xF1
-# Why fn_probability is moved down to π̂ but never up past the detectors' training prior: on files mined
-# with sentence-transformers over TREC-DL19/DL21 (experiments/results/fn_years/mined_check.md) the
-# negatives were chosen by the audit's own encoder, so they look more false-negative-like than the
-# training mix whatever their labels; the estimate went to 1.000 (true 0.64 and 0.56) and the moved
-# probabilities to 1.000 (ECE 0.36 and 0.44, against 0.09 and 0.14 unmoved). Lowering was what held:
-# judged negatives subsampled to 5–30% false negatives (experiments/results/fn_years/README.md).
-PRIOR_CAP_WHY = "experiments/results/fn_years/mined_check.md"
+# Why fn_probability is never moved to the source's estimated share π̂ (issue 54): on 42 files mined the
+# way users mine (sentence-transformers' mine_hard_negatives over TREC-DL19/DL21 with the audit's own
+# encoder, a static model and BM25; top-k, windows, score caps, margins) the estimate's interval
+# covered the judged share on 15 of the 30 files where it was inside (0, 1), fell on 0 or 1 on the
+# other 12, and moving the probabilities to it made them worse calibrated than at the training share in
+# 8 of 16 regime × year cells and better in 4 (a BM25 file's judged share 0.33 was estimated 0.000
+# [0.000, 0.062]): experiments/results/fn_mined/RESULTS.md. Label shift, the estimate's assumption,
+# does not hold between a miner's output and TREC-DL's top-8.
+PRIOR_WHY = "experiments/results/fn_mined/RESULTS.md"
 
 
 def source_priors(
-    records: pd.DataFrame, owner: np.ndarray, p: np.ndarray, seed: int, resamples: int, confidence: float
-) -> tuple[np.ndarray, dict[str, dict[str, float]]]:
+    records: pd.DataFrame,
+    owner: np.ndarray,
+    p: np.ndarray,
+    seed: int,
+    resamples: int,
+    confidence: float,
+    scores: tuple[np.ndarray, np.ndarray, float] | None = None,
+) -> dict[str, dict[str, float]]:
     """Per source (``records``: one row per record with ``source``, ``qid``, ``kind``; ``owner``: each
-    negative's record): π̂, the EM estimate of its share of false negatives with its bootstrap CI over the
-    source's records (:func:`~transferdx.diagnostics.prior.em_prior_ci`; genuine sources only, a
-    control's CI is NaN), and each negative's probability moved from the detectors' training prior to
-    min(π̂, π_t) (:func:`~transferdx.diagnostics.prior.adjust`; never raised, :data:`PRIOR_CAP_WHY`).
-    Returns the adjusted probabilities and ``{source: {fn_prior, fn_prior_ci_low, fn_prior_ci_high,
-    fn_prior_applied}}``."""
+    negative's record; ``p``: the calibrated probabilities): π̂, the EM estimate of its share of false
+    negatives with its bootstrap CI over the source's records
+    (:func:`~transferdx.diagnostics.prior.em_prior_ci`; genuine sources only, a control's CI is NaN) —
+    a diagnostic: nothing is moved to it (:data:`PRIOR_WHY`). The share is **not identified** where π̂
+    falls on 1, or on 0 while the source's negatives show a mining margin under the audit's encoder
+    (``scores``: per negative s(q,p), s(q,n) and α; :func:`~transferdx.diagnostics.suspicion.margin_mining`):
+    no mix of the detectors' false and true negatives explains the file, as when its miner filtered
+    under this encoder; then ``fn_prior`` and its CI are NaN and ``fn_prior_boundary`` is the boundary
+    (NaN otherwise). π̂ = 0 without a margin (easy negatives) stands. Returns ``{source: {fn_prior,
+    fn_prior_ci_low, fn_prior_ci_high, fn_prior_boundary}}``."""
     train_prior = load_combined().prior
-    adjusted = np.full(len(p), np.nan)
     source_of = records["source"].to_numpy(dtype=object)
     qids, kinds = records["qid"].to_numpy(dtype=object), records["kind"].to_numpy(dtype=object)
     out: dict[str, dict[str, float]] = {}
@@ -942,18 +956,21 @@ def source_priors(
             continue
         local = np.searchsorted(recs, owner[rows])
         rng = bootstrap_rng(seed, qids[recs].tolist(), PRIOR_STREAM)
-        # the interval only where the verdict reads it (genuine sources): a control gets the estimate alone
+        # the interval only for genuine sources: a control gets the estimate alone
         genuine = kinds[recs[0]] == "genuine"
         est = em_prior_ci(p[rows], local, train_prior, rng, resamples if genuine else 0, confidence)
-        applied = min(est.prior, train_prior)  # only ever lowered: see PRIOR_CAP_WHY
-        adjusted[rows] = adjust(p[rows], train_prior, applied)
+        margin = scores is not None and margin_mining(scores[0][rows], scores[1][rows], scores[2]) is not None
+        if not identified(est.prior) and (est.prior > 0 or margin):
+            out[str(name)] = dict.fromkeys(("fn_prior", "fn_prior_ci_low", "fn_prior_ci_high"), math.nan)
+            out[str(name)]["fn_prior_boundary"] = est.prior
+            continue
         out[str(name)] = {
             "fn_prior": est.prior,
             "fn_prior_ci_low": est.low,
             "fn_prior_ci_high": est.high,
-            "fn_prior_applied": applied,
+            "fn_prior_boundary": math.nan,
         }
-    return adjusted, out
+    return out
 
 
 def _add_other_positive(negatives: pd.DataFrame, per_record: pd.DataFrame, hit: np.ndarray) -> None:

@@ -413,8 +413,9 @@ def _suspects_section(frame: pd.DataFrame, result: AuditResult) -> list[str]:
         " with their 95% percentile bootstrap CI over records; every suspect of your sources is"
         " listed in `suspects.csv` (the controls' in `control_suspects.csv`), most probable first:"
         " `fn_probability` is the probability of being a false"
-        " negative (detectors fitted on TREC-DL19 + DL21 deep judgments, Platt-calibrated, moved to each source's"
-        f" estimated share of false negatives `fn_prior`), and fn_probability ≥ {MIN_PROBABILITY:.2f} makes a"
+        " negative (detectors fitted on TREC-DL19 + DL21 deep judgments, Platt-calibrated at their training share;"
+        " not moved to the source's own share, which is not estimated: `fn_prior` is a diagnostic), and"
+        f" fn_probability ≥ {MIN_PROBABILITY:.2f} makes a"
         " negative a suspect by itself (reason `fn_probability`); default cleaning acts on those (precision"
         f" {cleaning_cut()['precision']:.3f} out of year on TREC-DL, each year scored by the detector fitted on"
         " the other) and on copies and near-copies of a positive; the rest is for review.",

@@ -37,6 +37,8 @@ from transferdx.diagnostics.suspicion import (
     MIN_PROBABILITY,
     PROBABILITY_REASON,
     SUSPECT_REASONS,
+    MarginMining,
+    margin_mining,
 )
 from transferdx.presets import preset_names
 
@@ -147,34 +149,6 @@ DIRECTIONS: dict[str, tuple[str, str, str]] = {
 }
 # the random-mix controls, mildest first (the verdict's ladder sentence and the paper's ladder figure)
 LADDER = ("random_mix_25", "random_mix_50", "random_mix_75", "random_mix_100")
-# a mining margin shows when the hardest negative of the file stops within MARGIN_EDGE below the
-# positive-aware bar α·s(q,p) (a random or easy file stops far below it)
-MARGIN_EDGE = 0.10
-
-
-@dataclass(frozen=True)
-class MarginMining:
-    """The negatives stop short of the positive-aware bar: every s(q,n) < α·s(q,p) (all s(q,p) > 0)
-    and the closest comes within :data:`MARGIN_EDGE` of it. ``relative`` = 1 − max s(q,n)/s(q,p)
-    ∈ (1 − α, MARGIN_EDGE + 1 − α] (what sentence-transformers' ``relative_margin`` guarantees),
-    ``absolute`` = min s(q,p) − s(q,n) > 0 (its ``absolute_margin``)."""
-
-    relative: float
-    absolute: float
-    alpha: float
-
-
-def margin_mining(s_qp: np.ndarray, s_qn: np.ndarray, alpha: float = 0.95) -> MarginMining | None:
-    """:class:`MarginMining` when the per-negative scores (``s_qp`` per negative) show a mining margin,
-    else None (also when some s(q,p) ≤ 0 or NaN, or there are no negatives)."""
-    s_qp, s_qn = np.asarray(s_qp, dtype=np.float64), np.asarray(s_qn, dtype=np.float64)
-    if not len(s_qn) or np.isnan(s_qp).any() or np.isnan(s_qn).any() or (s_qp <= 0).any():
-        return None
-    ratio = float((s_qn / s_qp).max())
-    gap = float((s_qp - s_qn).min())
-    if gap <= 0 or not alpha - MARGIN_EDGE <= ratio < alpha:
-        return None
-    return MarginMining(1.0 - ratio, gap, alpha)
 
 
 @dataclass(frozen=True)
@@ -194,8 +168,8 @@ class SourceFacts:
     n_positive_aware: int | None = None
     margin: MarginMining | None = None
     cleaned: Mapping[str, Any] | None = None
-    expected_precision: float | None = None  # mean fn_probability of the probable ones (this file's estimate)
     review_expected: float | None = None  # mean fn_probability of the suspects left for review
+    mean_probability: float | None = None  # mean fn_probability of all its negatives (None: not scored)
 
     @property
     def n_review(self) -> int:
@@ -284,8 +258,8 @@ def source_facts(
             n_positive_aware=int(has["positive_aware"].sum()) if _checked(aware, rows) else None,
             margin=margin,
             cleaned=cleaned if isinstance(cleaned, Mapping) else None,
-            expected_precision=_mean(p[has[PROBABILITY_REASON]]) if probable else None,
             review_expected=_mean(p[~act]),
+            mean_probability=_mean(prob[rows]) if scored else None,
         )
     return out
 
@@ -354,40 +328,50 @@ def _probability_precision() -> str:
     )
 
 
-# why the verdict states no expected precision for a source whose false-negative share is above the
-# detectors' training share (prior_above_training)
-UNESTIMATED = (
-    "its share of false negatives is above the detectors' training share (below), where their mean"
-    " fn_probability overstated precision (a file mined with all-MiniLM-L6-v2 on TREC-DL21: 0.644 right"
-    " against a mean of 0.836)"
-)
+def mined() -> dict[str, Any]:
+    """What the package measured on files mined the way users mine (``evidence.json`` →
+    ``mined_share``, from ``experiments/fn_mined.py``)."""
+    return dict(evidence()["mined_share"])
 
 
-def prior_above_training(row: Mapping[str, Any]) -> bool:
-    """The source's estimated share of false negatives is above the detectors' training share, so it
-    was not applied (:func:`prior_sentence`). There the mean ``fn_probability`` is no estimate of
-    precision: on files mined with the audit's own encoder, where this happens, ``fn_probability`` ≥
-    0.80 was right 0.644 of the time on DL21 against a mean of 0.836
-    (experiments/results/fn_years/mined_check.md)."""
-    value, applied = _num(row, "fn_prior"), _num(row, "fn_prior_applied")
-    return not math.isnan(value) and not math.isnan(applied) and applied < value
+def _span(bounds: Sequence[float]) -> str:
+    return f"{bounds[0]:.2f}" if bounds[0] == bounds[1] else f"{bounds[0]:.2f}–{bounds[1]:.2f}"
 
 
-def prior_sentence(row: Mapping[str, Any]) -> str | None:
-    """The source's estimated share of false negatives, or None when not estimated."""
-    value, applied = _num(row, "fn_prior"), _num(row, "fn_prior_applied")
-    if math.isnan(value):
-        return None
-    if prior_above_training(row):
-        return (
-            f"the estimate of its share of false negatives, {_ci(row, 'fn_prior')}, is above the detectors' training"
-            f" share {applied:.3f}, where it is not reliable (on files mined with the audit's own encoder it went to"
-            " 1.000 against a true 0.56–0.64), so fn_probability is not raised to it: it stays calibrated at the"
-            " training share, and this file's rate is not estimated"
+def mined_precision() -> str:
+    """The default clean's measured precision on files mined the way users mine, by regime."""
+    m = mined()
+    return (
+        f"right {_span(m['clean_precision'])} of the time on {m['n_files']} files mined the way users mine"
+        f" ({m['where']}, by regime; {_span(m['own_margin']['clean_precision'])} where the audit's own encoder"
+        " mined with a margin)"
+    )
+
+
+def prior_unidentified(row: Mapping[str, Any]) -> bool:
+    """The audit's estimate of the source's share of false negatives fell on 1, or on 0 with a mining
+    margin in sight (``fn_prior_boundary``): the file looks filtered by the audit's own encoder
+    (:func:`~transferdx.auditing.core.source_priors`)."""
+    return not math.isnan(_num(row, "fn_prior_boundary"))
+
+
+def prior_sentence(row: Mapping[str, Any]) -> str:
+    """That the source's share of false negatives is not estimated, why, and what was measured instead
+    (:data:`~transferdx.auditing.core.PRIOR_WHY`)."""
+    m = mined()
+    said = ""
+    if prior_unidentified(row):
+        side = "0" if _num(row, "fn_prior_boundary") < 0.5 else "1"
+        said = (
+            "its negatives fit no mix of the detectors' false and true negatives (the share's estimate falls on"
+            f" {side}), as when the file's miner filtered them under the audit's own encoder; "
         )
     return (
-        f"its estimated share of false negatives is {_ci(row, 'fn_prior')} (EM prior adjustment; fn_probability is"
-        " moved to it)"
+        f"{said}how many of its negatives are false negatives is not estimated from the file, and fn_probability is"
+        f" not moved to it: it is calibrated at TREC-DL's share (ECE {_span(m['ece'])} on {m['n_files']} files mined"
+        f" the way users mine, {m['where']}, where the share was {_span(m['share'])} by regime and the audit's"
+        f" estimate of it covered it on {m['em_covered']} of {m['em_estimated']} files and fell on 0 or 1 on"
+        f" {m['em_boundary']})"
     )
 
 
@@ -507,24 +491,38 @@ def _easy(row: Mapping[str, Any], ctx: Context) -> Finding | None:
     )
 
 
-def _clean(row: Mapping[str, Any], ctx: Context) -> Finding | None:
-    f = ctx.facts
+def _copy_flags(row: Mapping[str, Any]) -> list[str]:
     absolute = _absolute(row) or {}
-    copies = [absolute[n] for n in ("copies_positive", "near_copies_positive") if n in absolute]
-    if not f.n_act and not copies:
-        return None
-    parts = [f"{f.n_copies} copy a positive"]
+    return [absolute[n] for n in ("copies_positive", "near_copies_positive") if n in absolute]
+
+
+def _cleans(row: Mapping[str, Any], f: SourceFacts) -> bool:
+    """Whether "clean" is the action: negatives that copy a positive, or an absolute flag that most are
+    (near-)copies. Near-copies and fn_probability ≥ 0.80 alone do not decide it: their precision
+    depends on how the file was mined (0 on a pool whose every relevant passage is a positive), and
+    the file's share of false negatives is not estimated (:func:`prior_sentence`)."""
+    return f.n_copies > 0 or bool(_copy_flags(row))
+
+
+def _removable(f: SourceFacts) -> str:
+    """What default cleaning removes besides copies, with what was measured of it."""
+    parts = []
     if f.n_near_copies is not None:
         parts.append(f"{f.n_near_copies} are near-copies of one (s(p0,n) ≥ δ; {_precision('near_duplicate_positive')})")
     if f.n_probable is not None:
-        expected = ""
-        if f.expected_precision is not None and prior_above_training(row):
-            expected = f"; not estimated on this file: {UNESTIMATED}"
-        elif f.expected_precision is not None:
-            expected = f"; expected precision on this file {f.expected_precision:.2f}, their mean fn_probability"
         parts.append(
-            f"{f.n_probable} have fn_probability ≥ {MIN_PROBABILITY:.2f} ({_probability_precision()}{expected})"
+            f"{f.n_probable} have fn_probability ≥ {MIN_PROBABILITY:.2f}"
+            f" ({_probability_precision()}; {mined_precision()})"
         )
+    return ", ".join(parts)
+
+
+def _clean(row: Mapping[str, Any], ctx: Context) -> Finding | None:
+    f = ctx.facts
+    copies = _copy_flags(row)
+    if not _cleans(row, f):
+        return None
+    parts = [f"{f.n_copies} copy a positive", *filter(None, [_removable(f)])]
     flagged = f" Absolute flag: {'; '.join(copies)}." if copies else ""
     lexical = f.n_near_copies is None and f.n_probable is None
     return Finding(
@@ -548,29 +546,76 @@ def _by_construction(row: Mapping[str, Any], ctx: Context) -> Finding | None:
 
 def _review(row: Mapping[str, Any], ctx: Context) -> Finding | None:
     f = ctx.facts
-    rest = f.n_review
+    cleans = _cleans(row, f)
+    rest = f.n_review if cleans else f.n_suspects
+    removable = 0 if cleans else f.n_act
     flags = str(row.get("flags") or "") if ctx.mode == "envelope" else ""
     out = []
     if rest > 0:
-        out.append(
-            f"{_share(rest, f.n_negatives)} are suspects that default cleaning leaves in place: the suspicion"
-            f" rule's {_precision('default_rule')}"
-            + (
-                "; how many are false negatives is not estimated on this file, whose share of false negatives is"
-                " above the detectors' training share (below)"
-                if f.review_expected is not None and prior_above_training(row)
-                else f"; on this file their mean fn_probability is {f.review_expected:.2f}, so about"
-                f" {round(f.review_expected * rest)} of them are expected to be false negatives"
-                if f.review_expected is not None
-                else ", so most of them are ordinary hard negatives"
+        where = f"({ctx.settings.get('_suspects_where') or 'suspects.csv lists them'}, most probable first)"
+        rule = f"the suspicion rule's {_precision('default_rule')}; many are ordinary hard negatives"
+        if removable:
+            out.append(
+                f"{_share(rest, f.n_negatives)} are suspected false negatives. Default cleaning would remove"
+                f" {removable} of them: {_removable(f)}"
+                + (f"; the other {rest - removable} are suspects of {rule}" if rest > removable else "")
+                + f" {where}."
             )
-            + f" ({ctx.settings.get('_suspects_where') or 'suspects.csv lists them'}, most probable first)."
-        )
+        else:
+            mean = (
+                f"; their mean fn_probability, at TREC-DL's share, is {f.review_expected:.2f}"
+                if f.review_expected is not None
+                else ""
+            )
+            out.append(
+                f"{_share(rest, f.n_negatives)} are suspects that default cleaning leaves in place:"
+                f" {rule}{mean} {where}."
+            )
     if flags:
         out.append(f"Against the other sources' range (envelope): {row.get('flag_reasons')}.")
     if not out:
         return None
-    return Finding(" ".join(out), "Read them before training on the file." if rest > 0 else "")
+    act = ""
+    if rest > 0:
+        act = "Read them before training on the file" + (
+            f"; {clean_command(ctx.settings, ctx.input_path)} removes the {removable}." if removable else "."
+        )
+    return Finding(" ".join(out), act)
+
+
+# "use as is" needs the detector to expect few false negatives: a mean fn_probability (at TREC-DL's
+# share) below this. Every one of the 42 files mined the way users mine read 0.29–0.71 (their judged
+# share 0.11–0.65; experiments/results/fn_mined), the demo's BM25 and handwritten sources 0.10 and 0.07.
+USE_MAX_MEAN = 0.20
+
+
+def _unseen(row: Mapping[str, Any], ctx: Context) -> Finding | None:
+    """No reassurance where the audit cannot see the false negatives: a file that looks filtered by its
+    own encoder (:func:`prior_unidentified`), or one with no suspect whose negatives the detector reads
+    as often false (mean fn_probability ≥ :data:`USE_MAX_MEAN`) — few suspects may be all it can see."""
+    f = ctx.facts
+    m = mined()
+    mean = f.mean_probability
+    high = mean is not None and mean >= USE_MAX_MEAN and f.n_suspects == 0
+    if not prior_unidentified(row) and not high:
+        return None
+    hidden = ""
+    if f.margin is not None:
+        hidden = (
+            " Its negatives stop at a margin under this encoder (every one at most"
+            f" {1 - f.margin.relative:.3f}·s(q,p)): the miner removed exactly the negatives this encoder would"
+            " flag, so what is left looks clean to it whatever it holds."
+        )
+    seen = f" (mean fn_probability {mean:.2f}, at TREC-DL's share)" if mean is not None else ""
+    return Finding(
+        f"The audit cannot see how many of its negatives are false negatives: it found {f.n_suspects} suspects{seen};"
+        f" on files mined the way users mine {_span(m['share'])} of the negatives were false negatives by regime,"
+        f" and where the audit's own encoder mined with a margin default cleaning caught"
+        f" {_span(m['own_margin']['clean_recall'])} of them ({m['where']}).{hidden}",
+        "Check before training: audit it with a second encoder (`backbone=static_minilm`, or `backbone=mpnet_base`),"
+        " score it with a cross-encoder if you have one, or read the suspects"
+        f" ({ctx.settings.get('_suspects_where') or 'suspects.csv lists them'}).",
+    )
 
 
 def _use(row: Mapping[str, Any], ctx: Context) -> Finding | None:
@@ -589,7 +634,7 @@ def _use(row: Mapping[str, Any], ctx: Context) -> Finding | None:
 ADVICE: tuple[tuple[str, tuple[Advice, ...]], ...] = (
     ("re-mine", (_remine_inverted, _remine_other_positive)),
     ("clean", (_clean,)),
-    ("review the listed suspects", (_review,)),
+    ("review the listed suspects", (_unseen, _review)),
     ("use as is", (_by_construction, _use, _easy)),
 )
 BOTTOM_LINE_ACTIONS = tuple(action for action, _ in ADVICE)  # most severe first: the order that decides
@@ -680,8 +725,8 @@ def verdict_lines(
                 f"  This is a cleaned copy (action {f.cleaned.get('action')}, reasons {reasons}): what was removed"
                 " is no longer counted here."
             )
-        if (prior := prior_sentence(row)) is not None:
-            out.append(f"  False negatives: {prior}.")
+        if semantic:
+            out.append(f"  False negatives: {prior_sentence(row)}.")
         fn = _num(row, "fn_suspect_rate")
         if not math.isnan(fn):
             out.append(

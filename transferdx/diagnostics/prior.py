@@ -1,4 +1,9 @@
-"""The share of false negatives in the user's own file, and probabilities at that share (design §3.9).
+"""The share of false negatives in a file under label shift, and probabilities at that share (design §3.9).
+
+The audit reports :func:`em_prior_ci` per source as a diagnostic (``fn_prior``) and moves nothing to
+it: on files mined the way users mine, label shift does not hold and the estimate covered the judged
+share on only half of them (issue 54, experiments/results/fn_mined). :func:`identified` says when it
+fell on a boundary; :func:`adjust` is the move itself, used by the experiments that measured it.
 
 A probability calibrated where a share π_t of negatives are false negatives (the detector's training
 prior) is not a probability on a file where the share is π. Under label shift (the features of a false
@@ -87,6 +92,16 @@ def em_prior(p: np.ndarray, train_prior: float, tol: float = TOL, max_iter: int 
     if not len(p):
         return float("nan")
     return float(_em(p, np.ones((1, len(p))), train_prior, tol, max_iter)[0])
+
+
+def identified(prior: float) -> bool:
+    """Whether an :func:`em_prior` estimate identifies the share: strictly inside (0, 1). The fixed
+    point sits on 0 exactly when g(0) = Σ(λ_i − 1) ≤ 0 (the items look, on average, no more like false
+    negatives than the training's true negatives do) and on 1 when g(1) ≥ 0; either way no mix of the
+    training's two classes explains the items — the label-shift assumption fails (e.g. negatives mined
+    under the audit's own encoder with a margin, which removes what that encoder would flag) — and the
+    boundary says nothing about the share. NaN (no items) is not identified."""
+    return bool(0.0 < prior < 1.0)
 
 
 @dataclass(frozen=True)

@@ -308,3 +308,33 @@ def record_counts(negatives: pd.DataFrame, owner: np.ndarray, n_records: int) ->
         else:
             out[f"n_fn_{name}"] = np.bincount(owner, weights=col.to_numpy(bool), minlength=n_records)
     return {k: v if np.isnan(v).any() else v.astype(np.int64) for k, v in out.items()}
+
+
+# a mining margin shows when the hardest negative of the file stops within MARGIN_EDGE below the
+# positive-aware bar α·s(q,p) (a random or easy file stops far below it)
+MARGIN_EDGE = 0.10
+
+
+@dataclass(frozen=True)
+class MarginMining:
+    """The negatives stop short of the positive-aware bar: every s(q,n) < α·s(q,p) (all s(q,p) > 0)
+    and the closest comes within :data:`MARGIN_EDGE` of it. ``relative`` = 1 − max s(q,n)/s(q,p)
+    ∈ (1 − α, MARGIN_EDGE + 1 − α] (what sentence-transformers' ``relative_margin`` guarantees),
+    ``absolute`` = min s(q,p) − s(q,n) > 0 (its ``absolute_margin``)."""
+
+    relative: float
+    absolute: float
+    alpha: float
+
+
+def margin_mining(s_qp: np.ndarray, s_qn: np.ndarray, alpha: float = 0.95) -> MarginMining | None:
+    """:class:`MarginMining` when the per-negative scores (``s_qp`` per negative) show a mining margin,
+    else None (also when some s(q,p) ≤ 0 or NaN, or there are no negatives)."""
+    s_qp, s_qn = np.asarray(s_qp, dtype=np.float64), np.asarray(s_qn, dtype=np.float64)
+    if not len(s_qn) or np.isnan(s_qp).any() or np.isnan(s_qn).any() or (s_qp <= 0).any():
+        return None
+    ratio = float((s_qn / s_qp).max())
+    gap = float((s_qp - s_qn).min())
+    if gap <= 0 or not alpha - MARGIN_EDGE <= ratio < alpha:
+        return None
+    return MarginMining(1.0 - ratio, gap, alpha)
