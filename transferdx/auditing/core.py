@@ -34,6 +34,7 @@ from transferdx.diagnostics.semantic import BANDS, BandCuts, buckets, in_batch_s
 from transferdx.diagnostics.suspicion import (
     SuspicionInputs,
     SuspicionSettings,
+    acted_on,
     checkable_reasons,
     margin_mining,
     probabilities,
@@ -128,7 +129,8 @@ class AuditResult:
     records: pd.DataFrame
     profile: AuditProfile
     exclusions: tuple[Exclusion, ...]
-    # §3.9: one row per suspected false negative of every source, most probable first
+    # §3.9: one row per suspected false negative of every source, those default cleaning removes first,
+    # then most probable first
     suspect_values: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=SUSPECT_COLUMNS))
     # the reasons checked and α, δ (α, δ are "not_measured" in a lexical-only audit)
     suspicion: Mapping[str, Any] = field(default_factory=dict)
@@ -138,7 +140,8 @@ class AuditResult:
 
     @property
     def suspects(self) -> pd.DataFrame:
-        """Every suspect with its texts (:data:`SUSPECT_COLUMNS`), most probable first."""
+        """Every suspect with its texts (:data:`SUSPECT_COLUMNS`), those default cleaning removes first,
+        then most probable first."""
         return self.suspect_rows()
 
     def suspect_rows(self, rows: np.ndarray | None = None) -> pd.DataFrame:
@@ -810,7 +813,7 @@ def _suspicion(
     :class:`AuditResult` holds) and each source's π̂. The table: one row per negative with
     ``fn_suspect`` (the one rule of :func:`~transferdx.diagnostics.suspicion.suspect_negatives`),
     every source's (suspects.csv holds the genuine sources' rows, control_suspects.csv the
-    controls'), sorted by
+    controls'), sorted by what default cleaning removes first (a reason of ``ACT_REASONS``), then
     ``fn_probability`` descending (undefined last), then s(q,n) − α·s(q,p) descending (undefined
     last), then source, qid, neg_index. The encoder reasons reuse the audit's embeddings;
     ``inputs``: :func:`_suspicion_inputs`; ``calibrated``: :func:`_calibrated`'s probabilities (None
@@ -839,7 +842,7 @@ def _suspicion(
     neg_index = negatives["neg_index"].to_numpy()[rows].astype(np.int64)
     sources, qids = per_record["source"].to_numpy(dtype=object), per_record["qid"].to_numpy(dtype=object)
     # sorted before the table is built (each column gathered once, the table never reordered)
-    order = suspect_order(prob, score, sources[owner[rows]], qids[owner[rows]], neg_index)
+    order = suspect_order(prob, score, sources[owner[rows]], qids[owner[rows]], neg_index, acted_on(flags)[rows])
     rows, prob, score, neg_index = rows[order], prob[order], score[order], neg_index[order]
     at = owner[rows]
     suspects = pd.DataFrame(

@@ -130,16 +130,34 @@ def _descending(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def suspect_order(
-    probability: np.ndarray, score: np.ndarray, sources: Sequence[str], qids: Sequence[str], neg_index: np.ndarray
+    probability: np.ndarray,
+    score: np.ndarray,
+    sources: Sequence[str],
+    qids: Sequence[str],
+    neg_index: np.ndarray,
+    acted: np.ndarray | None = None,
 ) -> np.ndarray:
-    """The suspects table's order, as row positions (a permutation of 0 … n−1): ``fn_probability``
-    descending (NaN last), then :func:`suspicion_score` descending (NaN last), then source, qid and
-    neg_index ascending, ties in their given order — Python's stable ``sorted`` of those tuples
-    (strings by code point), done on arrays (the strings ranked once each) so that millions of
-    suspects cost no tuple each."""
+    """The suspects table's order, as row positions (a permutation of 0 … n−1): what default cleaning
+    removes first (``acted``: a reason of :data:`ACT_REASONS`; all False when None — what the verdict
+    acts on, issue 54), then ``fn_probability`` descending (NaN last), then :func:`suspicion_score`
+    descending (NaN last), then source, qid and neg_index ascending, ties in their given order —
+    Python's stable ``sorted`` of those tuples (strings by code point), done on arrays (the strings
+    ranked once each) so that millions of suspects cost no tuple each."""
     ranks = [np.unique(np.asarray(col, dtype=object), return_inverse=True)[1].reshape(-1) for col in (sources, qids)]
     keys = (np.asarray(neg_index, dtype=np.int64), ranks[1], ranks[0])  # np.lexsort is stable: ties keep their order
-    return np.lexsort((*keys, *_descending(score)[::-1], *_descending(probability)[::-1])).astype(np.int64)
+    first = (
+        np.zeros(len(keys[0]), dtype=np.int64) if acted is None else (~np.asarray(acted, dtype=bool)).astype(np.int64)
+    )
+    return np.lexsort((*keys, *_descending(score)[::-1], *_descending(probability)[::-1], first)).astype(np.int64)
+
+
+def acted_on(flags: pd.DataFrame) -> np.ndarray:
+    """Per row of :func:`suspect_negatives`' frame: whether default cleaning removes it (a reason of
+    :data:`ACT_REASONS` holds)."""
+    out = np.asarray(flags["fn_probability"].to_numpy(dtype=np.float64) >= MIN_PROBABILITY)
+    for reason in HIGH_PRECISION_REASONS:
+        out = out | flags[f"fn_{reason}"].fillna(False).to_numpy(dtype=bool)
+    return out
 
 
 def suspicion_score(s_qp: np.ndarray, s_qn: np.ndarray, alpha: float = 0.95) -> np.ndarray:
