@@ -69,6 +69,9 @@ FRAME_COLUMNS = (
     "fn_prior_ci_low",
     "fn_prior_ci_high",
     "fn_prior_boundary",
+    "static_gap",
+    "static_pn",
+    "bm25_rel",
     "grade",
     "y",
 )
@@ -311,6 +314,30 @@ def audit_calibrated(path: Path, encoder: str = "minilm_l6"):
     return audit, neg
 
 
+def second_views(path: Path, neg: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The candidate features a miner's filter under the audit's encoder does not truncate, per negative
+    in the audit's order: the static MiniLM-token model's view (``static_gap`` = s(q,n) − s(q,p),
+    ``static_pn`` = s(p0,n); an audit of the file with ``encoder="static_minilm"``) and BM25's
+    (``bm25_rel`` = bm25(q,n) / (bm25(q,n) + bm25(q,p0)), IDF over the file's passages:
+    ``fn_years.bm25_rel``)."""
+    from fn_years import bm25_rel
+
+    import transferdx as tdx
+
+    static = tdx.audit(path, encoder="static_minilm", controls="none", resamples=1).result
+    owner = np.repeat(np.arange(len(static.records)), static.records["n_negatives"].to_numpy())
+    s_qp = static.records["s_qp"].to_numpy(dtype=np.float64)[owner]
+    records = sorted(tdx.load(path).records, key=lambda r: (r.source, r.qid))  # the audit's order
+    keys = [(r.source, r.qid, i) for r in records for i in range(len(r.negatives))]
+    if keys != list(zip(neg["source"], neg["qid"], neg["neg_index"], strict=True)):
+        raise SystemExit(f"{path}: the records and the audit's negatives are out of step")
+    return {
+        "static_gap": static.negatives["s_qn"].to_numpy(dtype=np.float64) - s_qp,
+        "static_pn": static.negatives["s_pn"].to_numpy(dtype=np.float64),
+        "bm25_rel": bm25_rel(records),
+    }
+
+
 def measure(data: Path, out: Path) -> pd.DataFrame:
     from fn_mined_check import label_negatives
 
@@ -332,6 +359,7 @@ def measure(data: Path, out: Path) -> pd.DataFrame:
             prof = {str(r["source"]): r for r in audit.result.profile.rows}
             for col in ("fn_prior", "fn_prior_ci_low", "fn_prior_ci_high", "fn_prior_boundary"):
                 frame[col] = [prof[str(s)].get(col) for s in frame["source"]]
+            frame = frame.assign(**second_views(path, neg))
             frame = frame.assign(year=year, miner=miner, setting=setting, regime=regime(miner, setting))
             frame["group"] = year + ":" + frame["trec_qid"].astype(str)
             frames.append(frame[list(FRAME_COLUMNS)])
