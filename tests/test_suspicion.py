@@ -346,12 +346,17 @@ def test_suspects_csv_order_content_and_bytes(tmp_path):
     controls = pd.read_csv(paths["control_suspects"], keep_default_na=False)
     assert set(own["kind"]) == {"genuine"} and set(controls["kind"]) == {"control"}
     assert list(own.columns[:4]) == ["source", "kind", "qid", "neg_index"]
+    acts = set(ACT_REASONS)
     for frame in (own, controls):
-        # ranked by fn_probability (descending), then s(q,n) − 0.95·s(q,p), then source, qid, neg_index
+        # what default cleaning removes first (issue 54), then fn_probability (descending), then
+        # s(q,n) − 0.95·s(q,p), then source, qid, neg_index
         prob, score = frame["fn_probability"].to_numpy(), frame["score"].to_numpy()
+        kept = [not (set(str(r).split(";")) & acts) for r in frame["reasons"]]
         order = list(zip(frame["source"], frame["qid"], frame["neg_index"], strict=True))
-        keys = [(-p, -sc, src, q, k) for p, sc, (src, q, k) in zip(prob, score, order, strict=True)]
+        keys = [(d, -p, -sc, src, q, k) for d, p, sc, (src, q, k) in zip(kept, prob, score, order, strict=True)]
         assert keys == sorted(keys)
+    # the genuine source has both kinds, so the order is not the probability order alone
+    assert not own["fn_probability"].is_monotonic_decreasing
     frame = pd.concat([own, controls], ignore_index=True)
     order = list(zip(frame["source"], frame["qid"], frame["neg_index"], strict=True))
     assert len(set(order)) == 7
