@@ -76,6 +76,16 @@ FRAME_COLUMNS = (
     "y",
 )
 
+# the sentence-transformers documentation's recipe
+DOCS: dict[str, Any] = {
+    "range_min": 10,
+    "range_max": 50,
+    "max_score": 0.8,
+    "relative_margin": 0.05,
+    "num_negatives": 5,
+    "sampling_strategy": "random",
+    "output_format": "n-tuple",
+}
 # setting name → mine_hard_negatives keywords (output_format included). "docs" is the recipe of the
 # sentence-transformers documentation; the others vary one thing at a time around it or around top-k.
 GRID: dict[str, dict[str, Any]] = {
@@ -109,33 +119,9 @@ GRID: dict[str, dict[str, Any]] = {
         "sampling_strategy": "top",
         "output_format": "n-tuple",
     },
-    "docs5": {
-        "range_min": 10,
-        "range_max": 50,
-        "max_score": 0.8,
-        "relative_margin": 0.05,
-        "num_negatives": 5,
-        "sampling_strategy": "random",
-        "output_format": "n-tuple",
-    },
-    "docs_triplet": {
-        "range_min": 10,
-        "range_max": 50,
-        "max_score": 0.8,
-        "relative_margin": 0.05,
-        "num_negatives": 5,
-        "sampling_strategy": "random",
-        "output_format": "triplet",
-    },
-    "docs1": {
-        "range_min": 10,
-        "range_max": 50,
-        "max_score": 0.8,
-        "relative_margin": 0.05,
-        "num_negatives": 1,
-        "sampling_strategy": "random",
-        "output_format": "triplet",
-    },
+    "docs5": DOCS,
+    "docs_triplet": {**DOCS, "output_format": "triplet"},
+    "docs1": {**DOCS, "num_negatives": 1, "output_format": "triplet"},
 }
 # BM25 has no cosine: only the settings without a score cap or margin
 BM25_SETTINGS = ("top5", "top1", "window5")
@@ -291,26 +277,14 @@ def build(data: Path, out: Path, cache: Path) -> dict[str, str]:
 
 
 def audit_calibrated(path: Path, encoder: str = "minilm_l6"):
-    """``transferdx.audit(path, controls="none")`` with each negative's probability before the share
-    adjustment recorded (``p_calibrated``), read by wrapping ``core.source_priors`` for the call."""
+    """``transferdx.audit(path, controls="none")`` as a user runs it, and its per-negative table with
+    ``p_calibrated``: the detector's probability at its training share, which is ``fn_probability``
+    since issue 54 (before, the audit moved it to the source's estimated share)."""
     import transferdx as tdx
-    import transferdx.auditing.core as core
 
-    seen: list[np.ndarray] = []
-    original = core.source_priors
-
-    def recording(records, owner, p, *args, **kwargs):
-        seen.append(np.asarray(p, dtype=np.float64).copy())
-        return original(records, owner, p, *args, **kwargs)
-
-    core.source_priors = recording
-    try:
-        audit = tdx.audit(path, encoder=encoder, controls="none", resamples=200)
-    finally:
-        core.source_priors = original
+    audit = tdx.audit(path, encoder=encoder, controls="none", resamples=200)
     neg = audit.result.negatives.copy()
-    if seen:
-        neg["p_calibrated"] = seen[0]
+    neg["p_calibrated"] = neg["fn_probability"].to_numpy(dtype=np.float64)
     return audit, neg
 
 

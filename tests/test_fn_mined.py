@@ -39,7 +39,8 @@ def test_the_committed_figures_follow_from_the_committed_frame():
     fn_mined = _module("fn_mined")
     computed = json.loads(canonical_json(json.loads(json.dumps(fn_mined.run(), default=float))))
     committed = json.loads((RESULTS / "results.json").read_text("utf-8"))
-    assert computed == committed
+    assert fn_mined.same(computed, committed)  # numbers to 1e-6 (a fit's last digits move with the CPU)
+    assert not fn_mined.same(computed, {**committed, "cut": committed["cut"] + 0.01})
     assert (
         json.loads((REPO / "transferdx" / "auditing" / "evidence.json").read_text("utf-8"))["mined_share"]
         == (committed["mined_share"])
