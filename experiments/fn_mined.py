@@ -267,6 +267,13 @@ def _share(r: dict[str, Any]) -> str:
     return f"{r['fn_prior']:.2f} [{low:.2f}, {high:.2f}]" + ("" if r["covers"] else " ✗")
 
 
+def _removals(r: dict[str, Any]) -> str:
+    """A row's default clean now and before: "removed, precision, recall | removed, precision, recall"."""
+    return " | ".join(
+        f"{c['removed']}, {_fmt(c['precision'])}, {_fmt(c['recall'])}" for c in (r["clean_now"], r["clean_old"])
+    )
+
+
 def tables(result: dict[str, Any]) -> str:
     lines = [
         "| year | miner | setting | regime | negatives (judged) | judged FN share | EM estimate | ECE now / before"
@@ -274,12 +281,10 @@ def tables(result: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["files"]:
-        c, o = r["clean_now"], r["clean_old"]
         lines.append(
             f"| {r['year']} | {r['miner']} | {r['setting']} | {r['regime']} | {r['negatives']} ({r['judged']})"
             f" | {_fmt(r['base_rate'])} | {_share(r)} | {_fmt(r['ece_now'])} / {_fmt(r['ece_old'])} | {_fmt(r['auc'])}"
-            f" | {c['removed']}, {_fmt(c['precision'])}, {_fmt(c['recall'])}"
-            f" | {o['removed']}, {_fmt(o['precision'])}, {_fmt(o['recall'])} |"
+            f" | {_removals(r)} |"
         )
     lines += [
         "",
@@ -288,12 +293,10 @@ def tables(result: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["regimes"]:
-        c, o = r["clean_now"], r["clean_old"]
         lines.append(
             f"| {r['year']} | {r['regime']} | {r['files']} | {r['judged']} | {_fmt(r['base_rate'])}"
             f" | {_fmt(r['mean_p_now'])} | {_fmt(r['ece_now'])} / {_fmt(r['ece_old'])} | {_fmt(r['auc'])}"
-            f" | {c['removed']}, {_fmt(c['precision'])}, {_fmt(c['recall'])}"
-            f" | {o['removed']}, {_fmt(o['precision'])}, {_fmt(o['recall'])} |"
+            f" | {_removals(r)} |"
         )
     lines += [
         "",

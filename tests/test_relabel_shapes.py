@@ -24,31 +24,27 @@ from transferdx.inputs.records import NO_NEGATIVE, InputError
 from transferdx.inputs.writing import RELABEL_UNWRITTEN
 
 from .fakes import FixedEncoder, vec
-from .test_clean_shapes import FORMS, copy_path, load_as_user, write_input
+from .test_clean_shapes import ANSWER_VECTORS, ANSWERS, FORMS, answer_rows, copy_path, load_as_user, write_input
 
 # Two queries. Under the fixed encoder (s(q,p) = 0.8, p on axis 1) "close" and "near" sit by the
 # positive (near_duplicate_positive: relabeled); "hot" / "warm" outscore it on another axis (review
 # list only). "close" is apple's first negative (its triplet row is the query's first row) and "near"
 # comes before river's positive in the labeled shapes, where a careless writer makes it p0.
-QUERIES = [
-    ("apple", "the answer", ["close", "hot", "low", "far"]),
-    ("river", "the answer two", ["near", "warm", "low two", "far two"]),
-]
+QUERIES = ANSWERS  # test_clean_shapes' two queries under the same fixed encoder
 RELABELED = {"close", "near"}
 POSITIVE = {q: p for q, p, _ in QUERIES}
 # n-tuple: a second row of each query, other negatives, so a row short of its four slots refills
 EXTRA = {"apple": ["pear", "plum", "fig", "lime"], "river": ["lake", "pond", "sea", "bay"]}
-VECTORS = {"the answer": (0.8, 1), "the answer two": (0.8, 1), "close": (0.79, 1), "near": (0.79, 1)}
-VECTORS |= {"hot": (0.9, 2), "warm": (0.9, 2)}
+VECTORS = ANSWER_VECTORS
 
 
 def shape_rows(shape: str) -> list[dict]:
     """The queries in one of the shapes the package writes back, as a miner (or a user) lays them out."""
+    if shape in ("triplet", "flagembedding", "records"):
+        return answer_rows(shape)  # laid out as test_clean_shapes lays them out
     rows: list[dict] = []
-    for i, (q, p, negs) in enumerate(QUERIES):
-        if shape == "triplet":
-            rows += [{"anchor": q, "positive": p, "negative": n} for n in negs]
-        elif shape == "ntuple":
+    for q, p, negs in QUERIES:
+        if shape == "ntuple":
             for tail in (negs, EXTRA[q]):
                 rows.append({"anchor": q, "positive": p, **{f"negative_{j}": n for j, n in enumerate(tail, 1)}})
         elif shape == "labeled_pair":  # river's relabeled row comes before its positive row
@@ -63,18 +59,8 @@ def shape_rows(shape: str) -> list[dict]:
             rows.append({"anchor": q, "positive": docs, "labels": labels})
         elif shape == "labeled_list_scores":  # scores only: the positive first, as the miner writes it
             rows.append({"anchor": q, "positive": [p, *negs], "scores": [0.8] + [0.5] * len(negs)})
-        elif shape == "flagembedding":
-            rows.append({"query": q, "pos": [p], "neg": list(negs)})
         else:
-            rows.append(
-                {
-                    "qid": f"q{i}",
-                    "query": q,
-                    "positives": [{"id": f"p{i}", "text": p}],
-                    "negatives": list(negs),
-                    "source": "mined",
-                }
-            )
+            raise ValueError(shape)
     return rows
 
 
