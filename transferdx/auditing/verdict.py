@@ -608,7 +608,8 @@ def _unseen(row: Mapping[str, Any], ctx: Context) -> Finding | None:
         )
     seen = f" (mean fn_probability {mean:.2f}, at TREC-DL's share)" if mean is not None else ""
     return Finding(
-        f"The audit cannot see how many of its negatives are false negatives: it found {f.n_suspects} suspects{seen};"
+        f"The audit cannot see how many of its negatives are false negatives: it found {f.n_suspects}"
+        f" suspect{'' if f.n_suspects == 1 else 's'}{seen};"
         f" on files mined the way users mine {_span(m['share'])} of the negatives were false negatives by regime,"
         f" and where the audit's own encoder mined with a margin default cleaning caught"
         f" {_span(m['own_margin']['clean_recall'])} of them ({m['where']}).{hidden}",
