@@ -20,7 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from transferdx.auditing.core import SemanticSettings, audit_records, background_texts
+from transferdx.auditing.audit import audit_records
+from transferdx.auditing.values import SemanticSettings, background_texts
 from transferdx.diagnostics.tokens import alnum
 from transferdx.embed import EmbeddingCache, EncoderSpec, resolve_model
 from transferdx.inputs.trec_dl import load_trec_dl
@@ -101,7 +102,7 @@ def profile_summary(profiler: cProfile.Profile, top: int = 5) -> str:
     out = io.StringIO()
     stats = pstats.Stats(profiler, stream=out)
     out.write(f"warm re-audit profile: top {top} transferdx functions by cumulative time\n")
-    stats.sort_stats("cumulative").print_stats(r"transferdx/(?!auditing/core.py:\d+\(audit\))", top)
+    stats.sort_stats("cumulative").print_stats(r"transferdx/(?!auditing/audit.py:\d+\(audit\))", top)
     out.write(f"warm re-audit profile: top {top} entries by own time\n")
     stats.sort_stats("tottime").print_stats(top)
     lines = [

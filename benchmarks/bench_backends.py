@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from transferdx.auditing.core import audit_records
+from transferdx.auditing.audit import audit_records
 from transferdx.diagnostics.tokens import alnum
 from transferdx.embed import EmbeddingCache, EncoderSpec, resolve_model
 from transferdx.embed import backends as b

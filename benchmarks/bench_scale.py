@@ -25,19 +25,16 @@ passages within 8 GB.
 
 ``--shards N`` (with ``--semantic``) also audits each file in N shards (issue 35) as
 ``audit.stage=all`` does with a launcher, each step a fresh subprocess: the plan (load, write every
-map's work file, the collection's context and every stat task's records), N map tasks (each reads
-its work file, not the input, and encodes into a cache folder the maps share, cold at first), N stat
-tasks (each reads its records and the context, not the input, and writes its shard's values), then
-the reduce (which must find every stat task done). It prints, beside the one-process audit, the
-plan's peak RSS and wall, the largest map's, the maps' summed wall (one machine), the same for the
-stat tasks, and the reduce's; the texts all maps request together against the distinct texts (maps
-split by text hash: equal, so maps run at once encode nothing twice) and the largest map's share;
-and checks that the reduce wrote the one-process bytes (HashEncoder's vectors do not depend on the
-batch, so here the caches may differ). Goal (issue 35): the largest map, the largest stat task and
-the reduce each within 1.5 GB beyond the vectors they hold (a map: its share of the distinct
-queries and passages, from its marker; a stat task: the distinct texts of its records and the
-background sample; the reduce: the largest source's distinct texts, since it reads one source's
-vectors at a time), one PASS/FAIL line each.
+map's work file), N map tasks (each reads its work file, not the input, and encodes into a cache
+folder the maps share, cold at first), then the reduce (the one-process audit over that cache,
+which must encode nothing). It prints, beside the one-process audit, the plan's peak RSS and wall,
+the largest map's, the maps' summed wall (one machine), and the reduce's; the texts all maps request
+together against the distinct texts (maps split by text hash: equal, so maps run at once encode
+nothing twice) and the largest map's share; and checks that the reduce wrote the one-process bytes
+(HashEncoder's vectors do not depend on the batch, so here the caches may differ). Goal (issue 35):
+the largest map and the reduce each within 1.5 GB beyond the vectors they hold (a map: its share of
+the distinct queries and passages, from its marker; the reduce: every distinct text's, as the
+one-process audit), one PASS/FAIL line each.
 
     python benchmarks/bench_scale.py [--scales 2500,10000,25000] [--sources 14] [--k 8]
     python benchmarks/bench_scale.py --semantic 100000,1000000,5000000
@@ -132,28 +129,23 @@ def semantic_child(folder: str, lexical: bool, shard: str | None = None) -> None
     """Runs in the measured subprocess: the public audit of ``folder`` (with :class:`HashEncoder`
     unless ``lexical``), artifacts written beside it. ``shard`` = ``"plan/N"``: load once and write
     the N work files; ``"i/N"``: map task i of N from its work file (cache ``folder/cache-sharded``);
-    ``"stats-i/N"``: stat task i of N as a launched one runs (reads its records and the context from
-    the files the plan wrote, writes its shard's values); ``"reduce/N"``: the reduce of those maps
-    and stat tasks (artifacts in ``out-sharded``)."""
+    ``"reduce/N"``: the reduce of those maps (artifacts in ``out-sharded``)."""
     import dataclasses
-    import gzip
 
     import transferdx as tdx
-    from transferdx.auditing.core import SemanticSettings
+    from transferdx.auditing.values import SemanticSettings
     from transferdx.diagnostics.composite import CompositeSettings
     from transferdx.embed import EmbeddingCache, EncoderSpec
-    from transferdx.pipeline.settings import AuditOptions
-    from transferdx.pipeline.sharding import (
+    from transferdx.shards import (
         ShardPlan,
         ShardSettings,
-        collection_texts,
-        encode_shard_work,
-        run_shard_work,
+        encode_work_file,
         run_stage,
         shard_plan,
+        text_shares,
         write_shard_work,
     )
-    from transferdx.pipeline.stat_tasks import write_stats_work
+    from transferdx.shards.plan import collection_texts
 
     t0, c0 = time.perf_counter(), time.process_time()
     encoder = None
@@ -173,32 +165,20 @@ def semantic_child(folder: str, lexical: bool, shard: str | None = None) -> None
         audited = len(result.result.negatives)  # the frame, not .negatives (which adds every text)
     elif (which := shard.split("/")[0]).isdigit():  # a map task as audit.stage=all launches one: its work file
         plan = ShardPlan(Path(Path(folder, "plan.txt").read_text().strip()), int(shard.split("/")[1]))
-        marker = encode_shard_work(plan.work(int(which)), encoder)
+        marker = encode_work_file(plan.work(int(which)), encoder)
         texts = int(marker["queries"]) + int(marker["passages"])
-    elif which.startswith("stats-"):  # a stat task as audit.stage=all launches one: its records, the context
-        plan = ShardPlan(Path(Path(folder, "plan.txt").read_text().strip()), int(shard.split("/")[1]))
-        path = plan.stats_work(int(which[6:]))
-        marker = run_shard_work(path, AuditOptions(**kw), encoder)
-        assert not marker["reused"]
-        with gzip.open(path, "rt", encoding="utf-8") as lines:  # the texts whose vectors it read
-            rows = [json.loads(line) for line in list(lines)[1:]]
-        own = {t for r in rows for t in (r[1], r[4][0][1], *(n[1] for n in r[5]))}
-        texts = len(own) + (semantic.background_size if semantic else 0)
     else:
         prepared = tdx.pipeline.prepare_audit(folder, encoder=encoder, controls="none", **kw)
         plan = shard_plan(prepared, int(shard.split("/")[1]), cache)
-        if which == "plan":  # the work files of every map and stat task (the stat tasks': records, context)
-            paths = write_shard_work(prepared, plan, range(plan.shards))
-            write_stats_work(prepared, plan.store(prepared), range(plan.shards))
+        if which == "plan":  # the work files of every map
+            paths = write_shard_work(plan, text_shares(prepared, plan.shards), range(plan.shards))
             Path(folder, "plan.txt").write_text(str(paths[0].parent))
             texts = sum(map(len, collection_texts(prepared)))  # the distinct texts the maps share out
         else:
-            # as the command line does: the reduce may drop the records once it has read them
-            own = {"let_go": True} if "let_go" in {f.name for f in dataclasses.fields(ShardSettings)} else {}
-            result = run_stage(prepared, ShardSettings(shards=plan.shards, stage="reduce", cache_dir=cache, **own))
+            result = run_stage(prepared, ShardSettings(shards=plan.shards, stage="reduce", cache_dir=cache))
             assert isinstance(result, tdx.Audit)
             summary = json.loads((plan.folder / "reduce.json").read_text())
-            assert summary["reduce_stats_run"] == [], "the reduce computed statistics the stat tasks should have"
+            assert summary["reduce_encoded_texts"] == 0, "the reduce encoded texts the maps should have"
             result.save(Path(folder) / "out-sharded")
             audited = len(result.result.negatives)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -223,7 +203,6 @@ def sharded(tmp: str, shards: int) -> dict[str, float]:
     the reduce's artifacts must be the one-process audit's bytes."""
     plan = run_child(["--semantic-child", tmp, "--shard", f"plan/{shards}"])
     maps = [run_child(["--semantic-child", tmp, "--shard", f"{i}/{shards}"]) for i in range(shards)]
-    stats = [run_child(["--semantic-child", tmp, "--shard", f"stats-{i}/{shards}"]) for i in range(shards)]
     reduce = run_child(["--semantic-child", tmp, "--shard", f"reduce/{shards}"])
     for name in ("profile.csv", "records.csv", "negatives.csv", "suspects.csv"):
         if (Path(tmp) / "out" / name).read_bytes() != (Path(tmp) / "out-sharded" / name).read_bytes():
@@ -239,10 +218,6 @@ def sharded(tmp: str, shards: int) -> dict[str, float]:
         "map_vectors_mb": largest["texts"] * SEM_DIM * 4 / 2**20,
         "map_wall_max_s": max(m["wall_s"] for m in maps),
         "map_wall_sum_s": sum(m["wall_s"] for m in maps),
-        "stat_peak_mb": max(m["peak_mb"] for m in stats),
-        "stat_wall_max_s": max(m["wall_s"] for m in stats),
-        "stat_wall_sum_s": sum(m["wall_s"] for m in stats),
-        "stat_texts_max": max(int(m["texts"]) for m in stats),
         "reduce_peak_mb": reduce["peak_mb"],
         "reduce_wall_s": reduce["wall_s"],
     }
@@ -254,9 +229,6 @@ SHARD_COLUMNS = (
     "map peak",
     "map wall",
     "maps Σ",
-    "stat peak",
-    "stat wall",
-    "stats Σ",
     "reduce peak",
     "reduce",
 )
@@ -291,9 +263,6 @@ def semantic_main(scales: list[int], with_lexical: bool, json_path: str | None, 
                 f"{shard['map_peak_mb'] / 1024:.2f} GB",
                 f"{shard['map_wall_max_s']:.1f} s",
                 f"{shard['map_wall_sum_s']:.1f} s",
-                f"{shard['stat_peak_mb'] / 1024:.2f} GB",
-                f"{shard['stat_wall_max_s']:.1f} s",
-                f"{shard['stat_wall_sum_s']:.1f} s",
                 f"{shard['reduce_peak_mb'] / 1024:.2f} GB",
                 f"{shard['reduce_wall_s']:.1f} s",
             ]
@@ -315,8 +284,7 @@ def semantic_main(scales: list[int], with_lexical: bool, json_path: str | None, 
         )
         for step, peak, vec in (
             ("largest map", r["map_peak_mb"], r["map_vectors_mb"]),
-            ("largest stat task", r["stat_peak_mb"], r["stat_texts_max"] * SEM_DIM * 4 / 2**20),
-            ("reduce", r["reduce_peak_mb"], r["source_texts_max"] * SEM_DIM * 4 / 2**20),
+            ("reduce", r["reduce_peak_mb"], r["vectors_gb"] * 1024),
         ):
             beyond = (peak - vec) / 1024
             print(

@@ -3,7 +3,7 @@ TREC-DL19 pool (five genuine sources and eight controls built from the pool, Min
 embedding cached).
 
 The audit runs ``repeats`` times warm; the time spent inside the suspicion pass
-(``auditing.core._suspicion``, plus the judged evaluation, which only runs on ``labels=single``
+(``auditing.pooling.suspicion``, plus the judged evaluation, which only runs on ``labels=single``
 inputs) is measured in the same runs with a timing wrapper. Goal: suspicion / (audit − suspicion)
 < 5%. A second part times the judged evaluation (the α, δ grid, bootstrap CIs and the grouped
 cross-validation of the combined detector) on DL19 ``labels=single`` next to its audit.
@@ -20,14 +20,14 @@ import time
 from pathlib import Path
 
 import transferdx as tdx
-import transferdx.auditing.core as core
+import transferdx.auditing.audit as core
 from transferdx.inputs.trec_dl import load_trec_dl
 
 
 def timed_audits(data, cache: Path, repeats: int) -> list[tuple[float, float]]:
     """(total, inside suspicion + judged evaluation) seconds per warm audit."""
     spent = [0.0]
-    originals = {name: getattr(core, name) for name in ("_suspicion", "judged_evaluation")}
+    originals = {name: getattr(core, name) for name in ("suspicion", "judged_evaluation")}
 
     def wrap(fn):
         def inner(*a, **kw):

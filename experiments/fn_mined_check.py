@@ -100,11 +100,11 @@ def mine(qs, model, path: Path) -> dict[str, Any]:
 def audit_with_calibrated(path: Path):
     """``transferdx.audit(path)`` as a user runs it, plus each negative's calibrated probability *before*
     the prior adjustment (column ``p_calibrated`` of ``audit.result.negatives``), for diagnosis only:
-    read at run time by wrapping ``transferdx.auditing.core.source_priors`` (the step that moves the
+    read at run time by wrapping ``transferdx.auditing.pooling.source_priors`` (the step that moves the
     calibrated probabilities to the source's EM prior) for the duration of the call; nothing is
     changed in what the audit computes."""
     import transferdx as tdx
-    import transferdx.auditing.core as core
+    import transferdx.auditing.pooling as core
 
     seen: list[np.ndarray] = []
     original = core.source_priors

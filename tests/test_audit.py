@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from transferdx.auditing.core import FlagSettings, SemanticSettings, audit_records
+from transferdx.auditing.audit import audit_records
+from transferdx.auditing.pooling import FlagSettings
 from transferdx.auditing.profiles import (
     FLAG_RULES,
     PROFILE_COLUMNS,
@@ -21,6 +22,7 @@ from transferdx.auditing.profiles import (
     flag_thresholds,
 )
 from transferdx.auditing.report import write_audit
+from transferdx.auditing.values import SemanticSettings
 from transferdx.diagnostics.tokens import alnum
 from transferdx.embed import EmbeddingCache, EncoderSpec
 from transferdx.inputs.records import OWN_POSITIVE_RELATION, LoadResult, Passage, Record

@@ -12,8 +12,9 @@ import pandas as pd
 import pytest
 
 from transferdx.artifacts import atomic_write_csv, csv_text
-from transferdx.auditing.core import SemanticSettings, audit_records
+from transferdx.auditing.audit import audit_records
 from transferdx.auditing.report import write_audit
+from transferdx.auditing.values import SemanticSettings
 from transferdx.diagnostics.composite import CompositeSettings, composite_bootstrap, composite_with_ci
 from transferdx.diagnostics.rows import IndexedRows
 from transferdx.diagnostics.semantic import in_batch_scores, record_scores

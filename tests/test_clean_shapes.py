@@ -274,7 +274,7 @@ def test_relabel_keeps_every_query_and_labels_pairs(tmp_path):
     ]
     src = write_input(rows, tmp_path, "jsonl")
     vectors = {"the answer": vec(0.8, 1), "the answer two": vec(0.8, 1), "close": vec(0.99, 2), "low": vec(0.1, 2)}
-    from transferdx.auditing.core import audit_records as core_audit
+    from transferdx.auditing.audit import audit_records as core_audit
     from transferdx.auditing.result import Audit
     from transferdx.diagnostics.tokens import alnum
 
@@ -359,7 +359,7 @@ def test_relabel_and_both_on_every_shape(tmp_path, model_dir, shape, action):
     user's shape (an extra row for fixed-slot shapes, label 1 for pairs, ``pos`` / ``positives`` for
     lists), ``both`` not removing the review list or relabeling it, ``relabel`` removing it,
     rows unaccounted for, and a copy the trainer rejects (two steps, as it is)."""
-    from transferdx.auditing.core import audit_records as core_audit
+    from transferdx.auditing.audit import audit_records as core_audit
     from transferdx.auditing.result import Audit
     from transferdx.diagnostics.tokens import alnum
 

@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_dir
 
 import transferdx as tdx
 from transferdx import config
-from transferdx.auditing.core import audit_records as core_audit
+from transferdx.auditing.audit import audit_records as core_audit
 from transferdx.auditing.result import Audit
 from transferdx.cleaning import CONTEXT_COLUMNS, RELABELED_RELATION, clean_records
 from transferdx.diagnostics.suspicion import SuspicionSettings

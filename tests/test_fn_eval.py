@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from transferdx.auditing.core import audit_records as core_audit
+from transferdx.auditing.audit import audit_records as core_audit
 from transferdx.auditing.fn_eval import (
     ALPHAS,
     DELTAS,

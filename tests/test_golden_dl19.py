@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from transferdx.auditing.core import audit_records
+from transferdx.auditing.audit import audit_records
 from transferdx.diagnostics.tokens import alnum
 from transferdx.embed import EmbeddingCache, EncoderSpec
 from transferdx.inputs.records import LoadResult

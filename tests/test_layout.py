@@ -5,9 +5,11 @@ higher one (``inputs/`` is the ground floor: it imports nothing else of transfer
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "transferdx"
+DESIGN = PACKAGE.parent / "docs" / "design.md"
 
 # The ground floor: ``inputs/`` imports only itself and the leaf utilities below it.
 GROUND = "transferdx.inputs"
@@ -130,7 +132,7 @@ def test_leaf_utilities_import_no_transferdx_module():
 
 
 # The CLI edge: the only modules that import Hydra or OmegaConf (docs/design.md §6).
-HYDRA_EDGE = {"transferdx.config", "transferdx.cli", "transferdx.cli_help", "transferdx.runs"}
+HYDRA_EDGE = {"transferdx.config", "transferdx.cli", "transferdx.cli_help", "transferdx.cli_shards", "transferdx.runs"}
 
 
 def third_party_imports(path: Path) -> set[str]:
@@ -166,3 +168,42 @@ def test_no_public_function_or_class_defined_twice():
                 homes.setdefault(node.name, []).append(name)
     twice = {n: sorted(m) for n, m in homes.items() if len(m) > 1}
     assert twice == {}, twice
+
+
+def drawn_modules(design: str) -> set[str]:
+    """The modules the layout drawing of docs/design.md §6 names, as paths under ``transferdx/``: a
+    line indented two spaces starts an entry (``name.py`` a module, ``name/`` a folder); every
+    ``word.py`` on the entry's lines is a module of that folder (of the package itself for a module
+    entry)."""
+    section = design[design.index("## 6. Layout") :]
+    start = section.index("```\ntransferdx/\n") + len("```\ntransferdx/\n")
+    block = section[start : section.index("\n```", start)]
+    named: set[str] = set()
+    folder = ""
+    for line in block.splitlines():
+        if not line.startswith("  "):
+            break  # the repository's other folders
+        if not line.startswith("   "):  # an entry
+            head = line.split()[0]
+            folder = head if head.endswith("/") else ""
+        named.update(folder + m for m in re.findall(r"\b(\w+\.py)\b", line))
+    return named
+
+
+def test_drawn_modules_reader_on_a_made_up_drawing():
+    drawing = (
+        "## 6. Layout\n```\ntransferdx/\n  a.py  one (like b.py)\n  sub/  x.py  y.py\n"
+        "                   z.py (beside x.py)\n  c.py\nconf/  d.py\n```\n"
+    )
+    assert drawn_modules(drawing) == {"a.py", "b.py", "sub/x.py", "sub/y.py", "sub/z.py", "c.py"}
+
+
+def test_the_layout_drawing_names_every_module_and_only_modules_that_exist():
+    """docs/design.md §6 stays true: each module under ``transferdx/`` (a package's ``__init__``
+    aside) is named under its folder, and each module named there exists."""
+    present = {
+        str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if p.name != "__init__.py" or p.parent == PACKAGE
+    }
+    named = drawn_modules(DESIGN.read_text(encoding="utf-8"))
+    assert sorted(present - named) == [], "modules the layout does not name"
+    assert sorted(named - present) == [], "modules the layout names that do not exist"

@@ -205,12 +205,12 @@ def test_suspects_hold_the_records_own_texts():
 def test_saving_streams_the_suspects_tables(tmp_path, monkeypatch):
     """A source with as many suspects as negatives, each row with three texts: write_audit writes
     suspects.csv (and control_suspects.csv) a chunk at a time from the one table, each chunk's texts
-    read for it (``AuditResult.suspect_texts``), the same bytes as the CSV of each kind's rows with
+    read for it (``AuditResult.texts``), the same bytes as the CSV of each kind's rows with
     their texts. Kills: a copy of the table per kind plus its whole CSV as one string (the save's
     peak at 10⁶ negatives: +0.68 GB), every suspect's texts read at once (a reduce would hold them:
     0.8 GB at 5·10⁶ negatives), texts put on the wrong rows."""
     from transferdx.artifacts import csv_text
-    from transferdx.auditing.core import SUSPECT_COLUMNS, SUSPECT_TEXT_COLUMNS
+    from transferdx.auditing.pooling import SUSPECT_COLUMNS, SUSPECT_TEXT_COLUMNS
     from transferdx.auditing.report import write_audit
 
     demo = tdx.audit("demo", encoder=None)
@@ -234,12 +234,14 @@ def test_saving_streams_the_suspects_tables(tmp_path, monkeypatch):
     reads: list[int] = []
     held = [big[c].to_numpy(dtype=object) for c in SUSPECT_TEXT_COLUMNS]  # the texts' objects, made once
 
-    def texts(at: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        reads.append(len(at))
-        return held[0][at], held[1][at], held[2][at]
+    class Texts:  # RecordTexts' protocol: a suspect's three texts by its record row (here: its own row)
+        def of_negatives(self, at: np.ndarray, neg_index: np.ndarray) -> tuple[np.ndarray, ...]:
+            reads.append(len(at))
+            return held[0][at], held[1][at], held[2][at]
 
     values = big.drop(columns=list(SUSPECT_TEXT_COLUMNS))
-    result = dataclasses.replace(demo.result, suspect_values=values, suspect_texts=texts)
+    rows = np.arange(n, dtype=np.int64)
+    result = dataclasses.replace(demo.result, suspect_values=values, texts=Texts(), suspect_records=rows)
     monkeypatch.setattr(artifacts, "CSV_CHUNK_ROWS", 500)  # chunks far smaller than the table
     write_audit(result, tmp_path / "warm", demo.settings)  # imports and plotting caches first
     csv_bytes = (tmp_path / "warm" / "suspects.csv").stat().st_size
@@ -454,7 +456,7 @@ def test_audit_negatives_texts_are_ids_into_a_table_of_distinct_texts():
 
 
 def test_as_categories_keeps_the_values_with_sorted_categories():
-    from transferdx.auditing.core import as_categories
+    from transferdx.auditing.values import as_categories
 
     frame = pd.DataFrame(
         {
@@ -476,43 +478,8 @@ def test_as_categories_keeps_the_values_with_sorted_categories():
     pd.testing.assert_frame_equal(twice, frame)
 
 
-def test_merged_shards_with_other_categories_equal_the_whole():
-    """Shards whose categoricals hold other distinct values concatenate to strings; the merge makes
-    them categories again, with the whole collection's sorted categories (the one-process frame)."""
-    from transferdx.auditing.core import ShardValues, as_categories, merge_values
-
-    def part(sources: list[str], qids: list[str]) -> ShardValues:
-        neg = as_categories(pd.DataFrame({"source": pd.array(sources, dtype="str"), "qid": qids, "psi": 0.5}))
-        rec = as_categories(pd.DataFrame({"source": pd.array(sources, dtype="str"), "qid": qids}))
-        hits = {"duplicate_negative": np.array([q == "2" for q in qids])}  # follows its negative
-        return ShardValues(neg, rec, None, np.zeros(len(qids), dtype=bool), hits)
-
-    merged = merge_values([part(["b", "b"], ["1", "2"]), part(["a"], ["3"])])
-    assert merged.text_hits["duplicate_negative"].tolist() == [False, False, True]  # a/3, b/1, b/2
-    assert isinstance(merged.negatives["source"].dtype, pd.CategoricalDtype)
-    assert list(merged.negatives["source"].cat.categories) == ["a", "b"]
-    whole = as_categories(pd.DataFrame({"source": pd.array(["a", "b", "b"], dtype="str"), "qid": ["3", "1", "2"]}))
-    pd.testing.assert_series_equal(merged.records["source"], whole["source"])
-
-
-def test_audit_order_is_pythons_order_of_source_then_qid_stable():
-    """Reference: ``sorted`` over (source, qid, row) in Python. Categories listed out of order,
-    non-ASCII qids and a qid ending in NUL (a fixed-width copy drops it: ``"a\\x00"`` == ``"a"``)
-    are ordered as Python orders them; a record's rows keep their order."""
-    from transferdx.auditing.core import audit_order, string_ranks
-
-    rng = np.random.default_rng(3)
-    qids = [f"q{rng.integers(0, 40)}" for _ in range(600)] + ["é", "z", "a\x00", "a", "Ω", "a"]
-    sources = [f"s{rng.integers(0, 4)}" for _ in qids[:600]] + ["s1"] * 6
-    want = sorted(range(len(qids)), key=lambda i: (sources[i], qids[i], i))
-    for source in (pd.Categorical(sources, categories=["s3", "s1", "s0", "s2"]), pd.array(sources, dtype="str")):
-        frame = pd.DataFrame({"source": source, "qid": pd.array(qids, dtype="str")})
-        assert audit_order(frame).tolist() == want
-    assert string_ranks(pd.Series(["b", "a\x00", "b", "a"])).tolist() == [2, 1, 2, 0]
-
-
 def test_the_audit_frames_hold_their_low_cardinality_columns_as_categories(data):
-    from transferdx.auditing.core import CATEGORY_COLUMNS
+    from transferdx.auditing.values import CATEGORY_COLUMNS
     from transferdx.inputs.trec_dl import load_trec_dl
 
     result = tdx.audit(load_trec_dl(data / "msmarco-dl19", runs=["BM25", "OPEN_AI_ADA2"]), encoder=None, resamples=20)

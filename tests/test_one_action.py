@@ -18,8 +18,9 @@ import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 import transferdx as tdx
-from transferdx.auditing.core import SemanticSettings, audit_records
+from transferdx.auditing.audit import audit_records
 from transferdx.auditing.result import Audit
+from transferdx.auditing.values import SemanticSettings
 from transferdx.auditing.verdict import (
     ADVICE,
     BOTTOM_LINE_ACTIONS,

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import transferdx as tdx
-from transferdx.auditing.core import audit_records
+from transferdx.auditing.audit import audit_records
 from transferdx.auditing.profiles import (
     ABSOLUTE_FLAG_RULES,
     OTHER_POSITIVE_STATS,

@@ -79,7 +79,7 @@ def test_the_audit_estimates_each_sources_share_but_moves_nothing_to_it():
     without a margin (easy negatives) stands."""
     from types import SimpleNamespace
 
-    from transferdx.auditing.core import source_priors
+    from transferdx.auditing.pooling import source_priors
     from transferdx.auditing.verdict import prior_sentence, prior_unidentified
     from transferdx.diagnostics.fn_combined import load_combined
 

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import scipy.stats
 
-from transferdx.auditing.core import audit_records
+from transferdx.auditing.audit import audit_records
 from transferdx.auditing.profiles import PROFILE_COLUMNS, bootstrap_mean_ci, profile_sources
 from transferdx.diagnostics.tokens import alnum
 from transferdx.inputs.records import Exclusion, LoadResult

@@ -75,7 +75,7 @@ def fixed_encoder() -> FixedEncoder:
 @pytest.fixture(scope="module")
 def audits(tmp_path_factory) -> dict[str, pd.DataFrame]:
     """Each shape's per-negative audit frame, once (the same records whatever the save form)."""
-    from transferdx.auditing.core import audit_records
+    from transferdx.auditing.audit import audit_records
     from transferdx.diagnostics.tokens import alnum
 
     out = {}
@@ -134,7 +134,7 @@ def test_a_fixed_slot_row_the_query_cannot_fill_says_so(tmp_path, shape):
     none left). Kills: a copy without the relabeled passages whose summary says "2 relabeled as
     positives", a relabeled passage gone without a line in rows.csv, and, with the ``clean.fill``
     that writes such rows, a relabeled passage that becomes p0, stays a negative or is missing."""
-    from transferdx.auditing.core import audit_records
+    from transferdx.auditing.audit import audit_records
     from transferdx.diagnostics.tokens import alnum
 
     if shape == "ntuple":
@@ -177,7 +177,7 @@ def test_list_shapes_move_or_list_a_relabeled_passage_of_an_emptied_line(tmp_pat
     """A FlagEmbedding line or a record needs a negative. Kills: a relabeled passage lost with the
     line that held it when another line of its query is written (it joins that line's ``pos``), and
     one lost without a rows.csv line when no line of its query is left (river: its only negative)."""
-    from transferdx.auditing.core import audit_records
+    from transferdx.auditing.audit import audit_records
     from transferdx.diagnostics.tokens import alnum
 
     if shape == "flagembedding":

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transferdx.auditing.core import audit_records
+from transferdx.auditing.audit import audit_records
 from transferdx.diagnostics.tokens import alnum
 from transferdx.embed import topk_chunked
 from transferdx.inputs.records import OWN_POSITIVE_RELATION, Passage, QuerySet, Record

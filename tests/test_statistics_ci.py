@@ -15,9 +15,10 @@ import pandas as pd
 import pytest
 import scipy.stats
 
-from transferdx.auditing.core import SemanticSettings, audit_records
+from transferdx.auditing.audit import audit_records
 from transferdx.auditing.profiles import QUANTILES, bootstrap_quantiles
 from transferdx.auditing.report import render_report
+from transferdx.auditing.values import SemanticSettings
 from transferdx.diagnostics.composite import CompositeSettings, ci_resamples, composite, composite_bootstrap
 from transferdx.diagnostics.tokens import alnum
 from transferdx.inputs.records import LoadResult
@@ -424,12 +425,13 @@ def test_long_scoring_and_composite_ci_show_progress_bars(monkeypatch, capsys):
     """Past their thresholds the per-negative scoring and each source's composite CI show a bar on
     stderr (named, counting negatives and resamples); below them, none, and the profile is the same
     bytes either way. Kills: an audit of millions of negatives silent for many minutes."""
-    import transferdx.auditing.core as core
+    import transferdx.auditing.pooling as pooling
+    import transferdx.auditing.values as values
 
     quiet = audit_records(_loaded(), alnum, encoder=HashEncoder(), seed=4, resamples=50).profile.to_frame()
     assert "score negatives" not in capsys.readouterr().err
-    monkeypatch.setattr(core, "PROGRESS_MIN", 1)
-    monkeypatch.setattr(core, "COMPOSITE_PROGRESS_MIN", 1)
+    monkeypatch.setattr(values, "PROGRESS_MIN", 1)
+    monkeypatch.setattr(pooling, "COMPOSITE_PROGRESS_MIN", 1)
     shown = audit_records(_loaded(), alnum, encoder=HashEncoder(), seed=4, resamples=50).profile.to_frame()
     err = capsys.readouterr().err
     assert "score negatives" in err and "composite CI a" in err and "composite CI b" in err

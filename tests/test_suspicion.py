@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from transferdx.auditing.core import audit_records
+from transferdx.auditing.audit import audit_records
 from transferdx.auditing.profiles import (
     ALL_FLAG_RULES,
     FLAG_RULES,

@@ -21,8 +21,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from transferdx.auditing.core import FlagSettings, SemanticSettings
+    from transferdx.auditing.pooling import FlagSettings
     from transferdx.auditing.result import Audit
+    from transferdx.auditing.values import SemanticSettings
     from transferdx.cleaning import CleanResult
     from transferdx.diagnostics.suspicion import SuspicionSettings
     from transferdx.embed import CacheWarning, EmbeddingCache, EncoderSpec
@@ -53,7 +54,8 @@ __version__ = "0.1.0"
 
 # The module each public name is imported from on first use.
 _HOMES: dict[str, tuple[str, ...]] = {
-    "transferdx.auditing.core": ("FlagSettings", "SemanticSettings"),
+    "transferdx.auditing.pooling": ("FlagSettings",),
+    "transferdx.auditing.values": ("SemanticSettings",),
     "transferdx.auditing.result": ("Audit",),
     "transferdx.cleaning": ("CleanResult",),
     "transferdx.diagnostics.suspicion": ("SuspicionSettings",),

@@ -26,14 +26,15 @@ def _fmt(frame: pd.DataFrame, digits: int = 4) -> str:
 def run_audit(cfg: DictConfig) -> Path:
     """Load, audit, write artifacts, print the profile. Returns the output folder."""
     from transferdx import config as c
-    from transferdx import pipeline as p
+    from transferdx.cli_shards import shard_settings, shard_work_file
+    from transferdx.shards import encode_work_file, run_stage, shard_line
 
     started, out, options = time.perf_counter(), Path(cfg.output_dir), c.audit_options(cfg)
-    if (work := c.shard_work_file(cfg)) is not None:  # a task that audit.stage=all launched: its work file only
-        return print(p.shard_line(p.run_shard_work(work, options, c.build_encoder(cfg)))) or out
-    prepared = c.prepared_audit(cfg, options, out)  # nothing else holds its records: a reduce can let them go
-    if isinstance(result := p.run_stage(prepared, c.shard_settings(cfg)), dict):  # one map task: its marker
-        return print(p.shard_line(result)) or out
+    if (work := shard_work_file(cfg)) is not None:  # a map task that audit.stage=all launched: its work file only
+        return print(shard_line(encode_work_file(work, c.build_encoder(cfg) if options.semantic else None))) or out
+    prepared = c.prepared_audit(cfg, options, out)
+    if isinstance(result := run_stage(prepared, shard_settings(cfg)), dict):  # one map task: its marker
+        return print(shard_line(result)) or out
     result.save(out)
     print(result.result.summary())  # the profile; the exclusions are in the line after the flags
     catch, flags = result.catch_rate, result.flags

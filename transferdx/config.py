@@ -18,13 +18,12 @@ from transferdx.presets import config_dir
 # The library's settings are imported where they are built, not here: the command line's error
 # exits import this module (its resolvers name the run folder) and should not pay for pandas or torch.
 if TYPE_CHECKING:
-    from transferdx.auditing.core import SemanticSettings
+    from transferdx.auditing.values import SemanticSettings
     from transferdx.diagnostics.composite import CompositeSettings
     from transferdx.diagnostics.suspicion import SuspicionSettings
     from transferdx.embed import EmbeddingCache, EncoderSpec
     from transferdx.pipeline.auditing import PreparedAudit
     from transferdx.pipeline.settings import AnalysisSettings, AuditOptions, BenchmarkSettings, InputSettings
-    from transferdx.pipeline.sharding import ShardSettings
     from transferdx.training import TrainSettings
 
 __all__ = ["config_dir"]
@@ -292,7 +291,7 @@ def input_settings(cfg: DictConfig) -> InputSettings:
 
 
 def semantic_settings(cfg: DictConfig) -> SemanticSettings:
-    from transferdx.auditing.core import SemanticSettings
+    from transferdx.auditing.values import SemanticSettings
     from transferdx.diagnostics.semantic import BandCuts
 
     d = cfg.diagnostics
@@ -349,7 +348,7 @@ def suspicion_settings(node: Any) -> SuspicionSettings:
 
 def audit_options(cfg: DictConfig) -> AuditOptions:
     """Tokenizer, IDF corpus, frozen-encoder settings, flags, bootstrap, kinds, sample fraction."""
-    from transferdx.auditing.core import FlagSettings
+    from transferdx.auditing.pooling import FlagSettings
     from transferdx.inputs.registry import read_corpus
     from transferdx.pipeline.settings import AuditOptions
 
@@ -459,56 +458,13 @@ def study_call(cfg: DictConfig) -> dict[str, Any]:
     }
 
 
-def shard_work_file(cfg: DictConfig) -> Path | None:
-    """The work file of a map or stat task that ``audit.stage=all`` launched (``audit.work_dir``
-    set): a map encodes its texts, a stat task computes its records' values; neither loads the
-    input."""
-    from transferdx.pipeline.sharding import TASKS, ShardPlan
-
-    block = cfg.get("audit") or {}
-    folder, shard, stage = block.get("work_dir"), block.get("shard"), str(block.get("stage"))
-    if not folder or shard is None or stage not in TASKS:
-        return None
-    return TASKS[stage].work(ShardPlan(Path(str(folder)), int(block.get("shards", 1))), int(shard))
-
-
 def prepared_audit(cfg: DictConfig, options: AuditOptions, out: Path) -> PreparedAudit:
     """The audit's input under ``cfg``, prepared (:func:`~transferdx.pipeline.auditing.prepare_audit`):
     loaded, sampled, with its controls; an input with nothing to audit is an error, its exclusions
-    written to ``out`` first. Nothing else holds its records, so a sharded audit's reduce can let
-    them go (:class:`~transferdx.pipeline.sharding.ShardSettings`' ``let_go``)."""
+    written to ``out`` first."""
     from transferdx import pipeline as p
 
     loaded = p.load_inputs(input_settings(cfg), encoder := build_encoder(cfg))
     p.require_records(loaded, options.label, out)
     kept = encoder if options.semantic else None
     return p.prepare_audit(loaded, options, encoder=kept, controls=self_controls(cfg))
-
-
-def shard_settings(cfg: DictConfig) -> ShardSettings:
-    """``audit.shards``, ``audit.stage``, ``audit.shard``; for ``stage: all`` over several shards, the
-    maps go through the run's own ``hydra/launcher`` choice and settings
-    (:func:`~transferdx.pipeline.sharding.hydra_map_runner`)."""
-    from transferdx.pipeline.sharding import ShardSettings, hydra_map_runner
-
-    block = cfg.get("audit") or {}
-    shard = block.get("shard")
-    s = ShardSettings(
-        shards=int(block.get("shards", 1)),
-        stage=str(block.get("stage", "all")),
-        shard=None if shard is None else int(shard),
-        cache_dir=str(cfg.paths.cache_dir),
-        let_go=True,  # the command owns its prepared audit: the reduce drops the records it has read
-    )
-    if s.shards > 1 and s.stage == "all":
-        from hydra.core.hydra_config import HydraConfig
-
-        hc = HydraConfig.get()
-        launcher = str(hc.runtime.choices.get("hydra/launcher", "basic"))
-        task, hydra = list(hc.overrides.task), list(hc.overrides.hydra)
-        s = dataclasses.replace(
-            s,
-            run_maps=hydra_map_runner(task, hydra, launcher),
-            run_stats=hydra_map_runner(task, hydra, launcher, "stats"),
-        )
-    return s

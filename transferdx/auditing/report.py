@@ -23,7 +23,7 @@ from transferdx.artifacts import (
     safe_join,
     write_meta,
 )
-from transferdx.auditing.core import AuditResult
+from transferdx.auditing.audit import AuditResult
 from transferdx.auditing.verdict import audit_facts, verdict_lines
 from transferdx.diagnostics.fn_combined import cleaning_cut
 from transferdx.diagnostics.semantic import BANDS

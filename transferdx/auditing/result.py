@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from transferdx.artifacts import owned_folder
-from transferdx.auditing.core import AuditResult, NegativeTexts
+from transferdx.auditing.audit import AuditResult
 from transferdx.auditing.report import exclusions_frame, write_audit
 from transferdx.auditing.verdict import audit_facts, legend_lines, verdict_lines
 from transferdx.display import audit_markdown, audit_repr, exclusions_phrase
@@ -45,14 +45,13 @@ class Audit:
     the user's own (genuine) sources'; ``control_suspects`` is ``control_suspects.csv``, the
     controls' the audit built. ``negatives`` is the genuine sources' too; ``negatives_of(kind)`` /
     ``suspects_of(kind)`` give ``"control"`` or every source's (``"all"``: what ``negatives.csv``
-    holds). ``texts``: where the negatives' query and text come from (the records', or a sharded
-    audit's stat tasks' files; None: no text columns). ``input_path``: the input the audit read (a
+    holds). The texts come from ``result.texts`` (the audit's records; None: no
+    text columns). ``input_path``: the input the audit read (a
     path is kept absolute), named by the command the verdict says; None: the name in ``settings``.
     In a notebook it shows the verdict and a compact profile."""
 
     result: AuditResult
     settings: Mapping[str, Any] = field(default_factory=dict)
-    texts: NegativeTexts | None = field(default=None, repr=False)
     input_path: str | None = None
 
     def __post_init__(self) -> None:
@@ -81,9 +80,9 @@ class Audit:
         full = self.result.negatives
         keep = self._of_kind(full, kind)
         frame = _rows(full, keep)
-        if self.texts is None or frame.empty:
+        if self.result.texts is None or frame.empty:
             return frame
-        query, text = self.texts(np.flatnonzero(keep))
+        query, _, text = self.result.texts.of_rows(np.flatnonzero(keep))
         # categorical columns: codes into the distinct texts, so each text is held once however many
         # negatives share it (a plain str column would copy every occurrence)
         frame["query"] = text_column(query)

@@ -43,7 +43,7 @@ from transferdx.diagnostics.suspicion import (
 from transferdx.presets import preset_names
 
 if TYPE_CHECKING:
-    from transferdx.auditing.core import AuditResult
+    from transferdx.auditing.audit import AuditResult
 
 # Fewer records than this: bootstrap CIs over records and the ranking of sources are not read
 # (with under 30 resampling units a percentile interval is unreliable), a warning is said instead.
@@ -265,7 +265,7 @@ def source_facts(
 
 
 def audit_facts(result: AuditResult) -> dict[str, SourceFacts]:
-    """:func:`source_facts` of an :class:`~transferdx.auditing.core.AuditResult`."""
+    """:func:`source_facts` of an :class:`~transferdx.auditing.audit.AuditResult`."""
     alpha = result.suspicion.get("alpha")
     alpha = float(alpha) if isinstance(alpha, (int, float)) else 0.95
     return source_facts(result.suspect_values, result.negatives, result.records, result.profile.descriptors, alpha)
@@ -351,13 +351,13 @@ def mined_precision() -> str:
 def prior_unidentified(row: Mapping[str, Any]) -> bool:
     """The audit's estimate of the source's share of false negatives fell on 1, or on 0 with a mining
     margin in sight (``fn_prior_boundary``): the file looks filtered by the audit's own encoder
-    (:func:`~transferdx.auditing.core.source_priors`)."""
+    (:func:`~transferdx.auditing.pooling.source_priors`)."""
     return not math.isnan(_num(row, "fn_prior_boundary"))
 
 
 def prior_sentence(row: Mapping[str, Any]) -> str:
     """That the source's share of false negatives is not estimated, why, and what was measured instead
-    (:data:`~transferdx.auditing.core.PRIOR_WHY`)."""
+    (:data:`~transferdx.auditing.pooling.PRIOR_WHY`)."""
     m = mined()
     said = ""
     if prior_unidentified(row):

@@ -282,17 +282,6 @@ def passage_identity(texts: Sequence[str]) -> np.ndarray:
     )
 
 
-@dataclass(frozen=True)
-class IdfTables:
-    """What ψ needs from the whole collection, so that the ψ of any subset of its records (a shard
-    split by query) is the whole's, bit for bit: ``vocab``, the query tokens of *all* records in
-    first-seen order (the columns, and so the order in which a query's IDF mass is summed), and each
-    source's (df, N) on it under the audit's IDF corpus (:func:`idf_tables`)."""
-
-    vocab: Mapping[str, int]
-    corpora: Mapping[str, tuple[np.ndarray, int]]
-
-
 @dataclass
 class _Pairs:
     """The (query, passage) pairs of a list of records, as ids into the records' distinct texts."""
@@ -341,27 +330,12 @@ def _corpora(
     return rule(IdfContext(mats, pairs.source_rows, external, passage_identity(pairs.passages.texts)))
 
 
-def idf_tables(
-    records: Sequence[Record],
-    tokenizer: Tokenizer,
-    idf_corpus: str = "pooled",
-    external_texts: Sequence[str] | None = None,
-) -> IdfTables:
-    """:class:`IdfTables` of ``records`` (the whole collection): its query vocabulary and each
-    source's (df, N) under ``idf_corpus`` — what :func:`negative_residuality` computes for itself
-    when it is given no tables."""
-    pairs = _pairs(records)
-    mats = token_matrices(pairs.queries.texts, pairs.passages.texts, tokenizer)
-    return IdfTables(mats.vocab, _corpora(pairs, mats, tokenizer, idf_corpus, external_texts))
-
-
 def negative_residuality(
     records: Sequence[Record],
     tokenizer: Tokenizer,
     idf_corpus: str = "pooled",
     external_texts: Sequence[str] | None = None,
     texts: TextTable | None = None,
-    tables: IdfTables | None = None,
 ) -> pd.DataFrame:
     """One row per (record, negative): ``source, qid, neg_index, neg_id, psi``; with ``texts``, also
     ``query_id`` and ``text_id``: the ids of the query and of the negative's text in that table
@@ -370,29 +344,14 @@ def negative_residuality(
     The pooled IDF corpus is the set of unique passages among all positives and negatives of all
     records passed in, one per passage identity (normalised text: Unicode NFKC, case-folded,
     whitespace collapsed; :func:`passage_identity`), so whitespace variants of one passage count once.
-    With ``tables`` (:func:`idf_tables` of a larger collection these records are part of), the
-    vocabulary and IDF are those (``idf_corpus`` and ``external_texts`` are then not used): the ψ of
-    each negative is the one the whole collection's audit gives it, bit for bit.
 
     Memory and time grow with the distinct texts and pairs, not with the copies: each distinct text
     is tokenised once, negatives are integer ids into text tables, and ψ is computed once per
     distinct (query, passage) pair among the sources that share one IDF corpus.
     """
     pairs = _pairs(records)
-    if tables is None:
-        mats = token_matrices(pairs.queries.texts, pairs.passages.texts, tokenizer)
-        per_source = _corpora(pairs, mats, tokenizer, idf_corpus, external_texts)
-    else:
-        vocab = tables.vocab
-        mats = TokenMatrices(
-            vocab,
-            _incidence(pairs.queries.texts, tokenizer, vocab, "tokenise queries"),
-            _incidence(pairs.passages.texts, tokenizer, vocab, "tokenise passages"),
-        )
-        missing = [name for name in pairs.source_names if name not in tables.corpora]
-        if missing:
-            raise ValueError(f"the IDF tables have no corpus for sources {missing}")
-        per_source = dict(tables.corpora)
+    mats = token_matrices(pairs.queries.texts, pairs.passages.texts, tokenizer)
+    per_source = _corpora(pairs, mats, tokenizer, idf_corpus, external_texts)
     pair_src = np.repeat(pairs.source_codes, pairs.n_neg)
     corpora = [per_source[name] for name in pairs.source_names]
     psi = pair_residuality(mats, pairs.pair_q, pairs.pair_d, pair_src, corpora)

@@ -53,7 +53,7 @@ def positive_owners(records: Sequence[Record], key: _Keys | None = None) -> Posi
     return owners
 
 
-def other_positive(records: Sequence[Record], owners: PositiveOwners | None = None) -> np.ndarray:
+def other_positive(records: Sequence[Record]) -> np.ndarray:
     """Per negative, in record order then negative order (the audit's per-negative rows): True when
     its passage is a positive of some record with a different qid and not a positive of its own
     record's qid. Range: a bool array of length Σ_i K_i.
@@ -61,16 +61,14 @@ def other_positive(records: Sequence[Record], owners: PositiveOwners | None = No
     The passage is identified by :func:`~transferdx.inputs.records.passage_key`, for negatives and
     positives alike: its id, or its normalised text when the id is absent or empty (so a passage
     given with an id in one place and without in another is two passages). Positives are pooled over
-    every record given (any source, any kind) — or, with ``owners``, taken from
-    :func:`positive_owners` of a larger collection these records are part of (a shard split by
-    query: its flags are then the whole collection's) — and a qid means one query whatever its
+    every record given (any source, any kind), and a qid means one query whatever its
     source: a negative that is a positive of its own qid in another source is its own positive,
     not counted.
 
     One hash join, O(Σ positives + Σ negatives) dictionary look-ups (an id-less text is normalised
     once), no embeddings."""
     key = _Keys()
-    owners = positive_owners(records, key) if owners is None else owners
+    owners = positive_owners(records, key)
 
     def flag(qid: str, pid: str, text: str) -> bool:
         held = owners.get(key(pid, text))

@@ -19,7 +19,7 @@ Per record:
 - gradient energy E_i = Σ_k ‖(π_k/τ)(e_{n_k} − e_p)‖² ≥ 0 (InfoNCE gradient w.r.t. e_q, per negative).
 
 Every value is per negative or per record, so records may be scored a chunk at a time with the same
-bytes (``transferdx.auditing.core`` scores ``chunk_negatives`` at a time).
+bytes (``transferdx.auditing.values`` scores ``chunk_negatives`` at a time).
 """
 
 from __future__ import annotations

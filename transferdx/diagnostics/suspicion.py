@@ -1,5 +1,5 @@
 """False-negative suspicion (design §3.9): per negative, the reasons to suspect that it answers the
-query. Pure functions, arrays in and arrays out; the audit (``auditing/core.py``) feeds them.
+query. Pure functions, arrays in and arrays out; the audit (``auditing/values.py``) feeds them.
 
 Reasons (:data:`REASONS`, in this order wherever they are joined):
 

@@ -214,14 +214,6 @@ def release() -> None:
     _TEXTS.swept_at = _PASSAGES.swept_at = SWEEP_MIN
 
 
-def sweep() -> None:
-    """Drop the pooled passages, then the pooled texts, that nothing but the pools refers to (e.g.
-    once a large input's records are let go: until the pools double again they would keep every
-    text alive)."""
-    _PASSAGES.sweep()
-    _TEXTS.sweep()
-
-
 def pooled() -> tuple[int, int]:
     """(texts, passages) currently pooled."""
     return len(_TEXTS.data), len(_PASSAGES.data)

@@ -20,8 +20,9 @@ is shadowed by the function it defines once this package re-exports it:
 """
 
 from transferdx.analysis.study import StudyData
-from transferdx.auditing.core import FlagSettings, SemanticSettings
+from transferdx.auditing.pooling import FlagSettings
 from transferdx.auditing.result import Audit
+from transferdx.auditing.values import SemanticSettings
 from transferdx.cleaning import CleanResult
 from transferdx.inputs.records import InputError
 from transferdx.pipeline.analysing import (
@@ -38,7 +39,6 @@ from transferdx.pipeline.auditing import (
     PreparedAudit,
     audit,
     audit_prepared,
-    audit_prepared_values,
     no_records_message,
     portable_label,
     prepare_audit,
@@ -68,16 +68,6 @@ from transferdx.pipeline.settings import (
     BenchmarkSettings,
     InputSettings,
 )
-from transferdx.pipeline.sharding import (
-    ShardSettings,
-    audit_shard,
-    audit_sharded,
-    encode_shard_work,
-    run_shard_work,
-    run_stage,
-    shard_line,
-    shard_of,
-)
 from transferdx.pipeline.studying import StudyResult, study, training_plan, training_seeds
 from transferdx.pipeline.training import train
 from transferdx.training import TrainSettings
@@ -96,7 +86,6 @@ __all__ = [
     "InputSettings",
     "PreparedAudit",
     "SemanticSettings",
-    "ShardSettings",
     "StudyData",
     "StudyResult",
     "TrainSettings",
@@ -104,14 +93,10 @@ __all__ = [
     "as_studies",
     "audit",
     "audit_prepared",
-    "audit_prepared_values",
-    "audit_shard",
-    "audit_sharded",
     "benchmark_datasets",
     "build_inputs",
     "build_sources",
     "clean",
-    "encode_shard_work",
     "encoder_spec",
     "evaluate",
     "load",
@@ -128,10 +113,6 @@ __all__ = [
     "records_as_source",
     "render_tables",
     "require_records",
-    "run_shard_work",
-    "run_stage",
-    "shard_line",
-    "shard_of",
     "source_records",
     "study",
     "train",

@@ -6,25 +6,17 @@ with nothing to audit is an error (:func:`no_records_message`, :func:`require_re
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from transferdx.artifacts import atomic_write_text, csv_text, safe_join
-from transferdx.auditing.core import (
-    AuditResult,
-    Pooling,
-    SemanticSettings,
-    ShardValues,
-    audit_records,
-    audit_values,
-    record_negative_texts,
-)
+from transferdx.auditing.audit import audit_records
 from transferdx.auditing.report import exclusions_frame
 from transferdx.auditing.result import Audit
+from transferdx.auditing.values import SemanticSettings
 from transferdx.embed import EmbeddingCache
 from transferdx.inputs.records import LoadResult, Record, sample_queries
-from transferdx.inputs.texts import sweep
 from transferdx.pipeline.encoders import EncoderLike, make_encoder, make_tokenizer
 from transferdx.pipeline.loading import load, with_self_controls
 from transferdx.pipeline.settings import AuditOptions
@@ -92,22 +84,12 @@ class PreparedAudit:
     """What an audit runs on, after loading and before any statistic: the records (sampled, with the
     controls built from the input), the options, the frozen encoder's cache and the settings the
     artifacts record. :func:`audit` is :func:`prepare_audit` then :func:`audit_prepared`; a sharded
-    audit (:mod:`transferdx.pipeline.sharding`) prepares once per task and shares the rest."""
+    audit (:mod:`transferdx.shards`) prepares once per task."""
 
     loaded: LoadResult
     options: AuditOptions
     encoder: EmbeddingCache | None
     settings: dict[str, Any]
-
-    def let_go(self) -> None:
-        """Drop the records (and what the loader kept beside them): this prepared audit is spent —
-        its ``loaded`` keeps the exclusions, the descriptors as loaded, the judged false negatives
-        and the relevance grade. For a sharded audit's reduce that owns it: everything it still
-        reads of the records it has read (digests, descriptors), the rows' texts come from the stat
-        tasks' files, and whoever else holds this object no longer keeps the records alive."""
-        spent = dataclasses.replace(self.loaded, records=[], tables=[], unwritable=[], origins={})
-        object.__setattr__(self, "loaded", spent)
-        sweep()  # the loaders' pools of distinct texts and passages would keep them alive
 
 
 def prepare_audit(
@@ -133,13 +115,17 @@ def prepare_audit(
     return PreparedAudit(loaded, options, cache, recorded_settings(options, cache, sampled_out) | built)
 
 
-def pooling(prepared: PreparedAudit) -> Pooling:
-    """The settings of the steps that pool each source, from ``prepared``'s options."""
-    options = prepared.options
-    return Pooling(
+def audit_prepared(prepared: PreparedAudit) -> Audit:
+    """The audit of a :class:`PreparedAudit`: ψ always, the frozen-encoder statistics when it has an
+    encoder (vectors the cache holds are read, the rest encoded)."""
+    loaded, options = prepared.loaded, prepared.options
+    result = audit_records(
+        loaded,
+        make_tokenizer(options.tokenizer, **options.tokenizer_options),
         encoder=prepared.encoder,
         semantic=options.semantic or SemanticSettings(),
         idf_corpus=options.idf,
+        external_texts=options.idf_texts,
         seed=options.seed,
         resamples=options.resamples,
         confidence=options.confidence,
@@ -147,42 +133,7 @@ def pooling(prepared: PreparedAudit) -> Pooling:
         kinds=dict(options.kinds),
         settings=prepared.settings,
     )
-
-
-def audit_prepared(prepared: PreparedAudit) -> Audit:
-    """The audit of a :class:`PreparedAudit`: ψ always, the frozen-encoder statistics when it has an
-    encoder (vectors the cache holds are read, the rest encoded)."""
-    loaded, options, p = prepared.loaded, prepared.options, pooling(prepared)
-    result = audit_records(
-        loaded,
-        make_tokenizer(options.tokenizer, **options.tokenizer_options),
-        encoder=p.encoder,
-        semantic=p.semantic,
-        idf_corpus=p.idf_corpus,
-        external_texts=options.idf_texts,
-        seed=p.seed,
-        resamples=p.resamples,
-        confidence=p.confidence,
-        flags=p.flags,
-        kinds=p.kinds,
-        settings=p.settings,
-    )
-    return _audit(prepared, result)
-
-
-def audit_prepared_values(
-    prepared: PreparedAudit, values: ShardValues, composites: Mapping[str, Mapping[str, Any]] | None = None
-) -> Audit:
-    """The audit of a :class:`PreparedAudit` from its per-row values (query shards' values merged:
-    :func:`~transferdx.auditing.core.merge_values`) — :func:`audit_prepared`'s result, bit for bit,
-    without recomputing them (:func:`~transferdx.auditing.core.audit_values`; ``composites``: its
-    :func:`~transferdx.auditing.core.values_composites` when computed before)."""
-    return _audit(prepared, audit_values(prepared.loaded, values, pooling(prepared), composites))
-
-
-def _audit(prepared: PreparedAudit, result: AuditResult) -> Audit:
-    records = sorted(prepared.loaded.records, key=lambda r: (r.source, r.qid))  # the result's order
-    return Audit(result, prepared.settings, record_negative_texts(records), input_path=prepared.options.label)
+    return Audit(result, prepared.settings, input_path=options.label)
 
 
 def audit(
@@ -203,6 +154,6 @@ def audit(
     alongside, so that even one file gets a verdict: ``"auto"`` (all eight when there are fewer than
     two genuine sources or no control), ``"all"``, a list of names, or ``"none"``.
 
-    Too big for one machine: :func:`transferdx.pipeline.sharding.audit_sharded` (the same bytes)."""
+    Too big for one machine: :func:`transferdx.shards.audit_sharded` (the same bytes)."""
     prepared = prepare_audit(records, options, encoder=encoder, cache_dir=cache_dir, controls=controls, **overrides)
     return audit_prepared(prepared)

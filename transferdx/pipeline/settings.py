@@ -9,7 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from transferdx.auditing.core import FlagSettings, SemanticSettings
+from transferdx.auditing.pooling import FlagSettings
+from transferdx.auditing.values import SemanticSettings
 from transferdx.diagnostics.tokens import Tokenizer
 
 DEFAULT_SOURCES = ("bm25", "dense", "perturb", "bm25+dense", "dense+perturb")
