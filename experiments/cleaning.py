@@ -42,12 +42,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import transferdx as tdx
 from transferdx.artifacts import atomic_write_text, canonical_json
-from transferdx.cleaning import checked_reasons, clean_records
 from transferdx.diagnostics import fn_combined
 from transferdx.diagnostics.suspicion import MIN_PROBABILITY
 from transferdx.embed.models import set_max_seq_length
 from transferdx.inputs.records import LoadResult, Passage, Record
 from transferdx.inputs.trec_dl import load_trec_dl_query_set, read_retrieve_results
+from transferdx.pipeline.cleaning.core import checked_reasons, clean_records
 
 RESULTS = Path(__file__).resolve().parent / "results" / "cleaning"
 YEARS = {

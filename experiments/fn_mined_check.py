@@ -210,8 +210,8 @@ def reliability(p: np.ndarray, y: np.ndarray, bins: int = 10) -> list[dict[str, 
 
 
 def year_report(year: str, qs, audit, frame: pd.DataFrame, counts: dict, mined: dict, resamples: int) -> dict:
+    from transferdx.auditing.facts import source_facts
     from transferdx.auditing.fn_eval import expected_calibration_error
-    from transferdx.auditing.verdict import source_facts
 
     rows = [r for r in audit.result.profile.rows if r.get("kind") == "genuine"]
     if len(rows) != 1:

@@ -15,21 +15,16 @@ import pandas as pd
 import pytest
 
 import transferdx as tdx
+from transferdx.auditing.facts import EVIDENCE, SourceFacts, cleaning_evidence, evidence, source_facts
 from transferdx.auditing.verdict import (
     BOTTOM_LINE_ACTIONS,
-    EVIDENCE,
     MIN_RECORDS,
     Context,
-    SourceFacts,
     bottom_line,
-    cleaning_evidence,
-    evidence,
     judge,
-    margin_mining,
-    source_facts,
     verdict_lines,
 )
-from transferdx.diagnostics.suspicion import ACT_REASONS, HIGH_PRECISION_REASONS, MIN_PROBABILITY
+from transferdx.diagnostics.suspicion import ACT_REASONS, HIGH_PRECISION_REASONS, MIN_PROBABILITY, margin_mining
 
 from .conftest import REPO
 

@@ -13,12 +13,12 @@ import transferdx as tdx
 from transferdx import config
 from transferdx.auditing.audit import audit_records as core_audit
 from transferdx.auditing.result import Audit
-from transferdx.cleaning import CONTEXT_COLUMNS, RELABELED_RELATION, clean_records
 from transferdx.diagnostics.suspicion import SuspicionSettings
 from transferdx.diagnostics.tokens import alnum
 from transferdx.inputs.records import LoadResult, Passage, Record
 from transferdx.inputs.transferdx_records import read_records, write_records
 from transferdx.inputs.writing import BORROWED_RELATION
+from transferdx.pipeline.cleaning.core import CONTEXT_COLUMNS, RELABELED_RELATION, clean_records
 from transferdx.presets import config_dir
 
 from .conftest import run_cli

@@ -173,8 +173,8 @@ def test_no_public_function_or_class_defined_twice():
 def drawn_modules(design: str) -> set[str]:
     """The modules the layout drawing of docs/design.md §6 names, as paths under ``transferdx/``: a
     line indented two spaces starts an entry (``name.py`` a module, ``name/`` a folder); every
-    ``word.py`` on the entry's lines is a module of that folder (of the package itself for a module
-    entry)."""
+    ``word.py`` (or ``sub/word.py``) on the entry's lines is a module of that folder (of the package
+    itself for a module entry)."""
     section = design[design.index("## 6. Layout") :]
     start = section.index("```\ntransferdx/\n") + len("```\ntransferdx/\n")
     block = section[start : section.index("\n```", start)]
@@ -186,16 +186,16 @@ def drawn_modules(design: str) -> set[str]:
         if not line.startswith("   "):  # an entry
             head = line.split()[0]
             folder = head if head.endswith("/") else ""
-        named.update(folder + m for m in re.findall(r"\b(\w+\.py)\b", line))
+        named.update(folder + m for m in re.findall(r"\b([\w/]+\.py)\b", line))
     return named
 
 
 def test_drawn_modules_reader_on_a_made_up_drawing():
     drawing = (
         "## 6. Layout\n```\ntransferdx/\n  a.py  one (like b.py)\n  sub/  x.py  y.py\n"
-        "                   z.py (beside x.py)\n  c.py\nconf/  d.py\n```\n"
+        "                   z.py (beside x.py), deeper/w.py\n  c.py\nconf/  d.py\n```\n"
     )
-    assert drawn_modules(drawing) == {"a.py", "b.py", "sub/x.py", "sub/y.py", "sub/z.py", "c.py"}
+    assert drawn_modules(drawing) == {"a.py", "b.py", "sub/x.py", "sub/y.py", "sub/z.py", "sub/deeper/w.py", "c.py"}
 
 
 def test_the_layout_drawing_names_every_module_and_only_modules_that_exist():

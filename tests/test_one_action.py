@@ -19,17 +19,11 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 
 import transferdx as tdx
 from transferdx.auditing.audit import audit_records
+from transferdx.auditing.commands import clean_command
+from transferdx.auditing.facts import SourceFacts
 from transferdx.auditing.result import Audit
 from transferdx.auditing.values import SemanticSettings
-from transferdx.auditing.verdict import (
-    ADVICE,
-    BOTTOM_LINE_ACTIONS,
-    Context,
-    SourceFacts,
-    clean_command,
-    judge,
-    verdict_lines,
-)
+from transferdx.auditing.verdict import ADVICE, BOTTOM_LINE_ACTIONS, Context, judge, verdict_lines
 from transferdx.diagnostics.suspicion import ACT_REASONS, MIN_PROBABILITY, PROBABILITY_REASON, SuspicionSettings
 from transferdx.diagnostics.tokens import alnum
 from transferdx.inputs.records import LoadResult, Passage, Record

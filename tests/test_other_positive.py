@@ -10,6 +10,7 @@ import pytest
 
 import transferdx as tdx
 from transferdx.auditing.audit import audit_records
+from transferdx.auditing.facts import SourceFacts
 from transferdx.auditing.profiles import (
     ABSOLUTE_FLAG_RULES,
     OTHER_POSITIVE_STATS,
@@ -18,7 +19,7 @@ from transferdx.auditing.profiles import (
     bootstrap_ratios,
     catch_rate,
 )
-from transferdx.auditing.verdict import Context, SourceFacts, bottom_line, verdict_lines
+from transferdx.auditing.verdict import Context, bottom_line, verdict_lines
 from transferdx.diagnostics.other_positive import other_positive
 from transferdx.diagnostics.suspicion import REASONS
 from transferdx.diagnostics.tokens import alnum

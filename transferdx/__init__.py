@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from transferdx.auditing.pooling import FlagSettings
     from transferdx.auditing.result import Audit
     from transferdx.auditing.values import SemanticSettings
-    from transferdx.cleaning import CleanResult
     from transferdx.diagnostics.suspicion import SuspicionSettings
     from transferdx.embed import CacheWarning, EmbeddingCache, EncoderSpec
     from transferdx.inputs.records import Exclusion, InputError, LoadResult, Passage, QuerySet, Record
@@ -48,6 +47,7 @@ if TYPE_CHECKING:
         train,
         validate,
     )
+    from transferdx.pipeline.cleaning import CleanResult
     from transferdx.training import TrainResult, TrainSettings
 
 __version__ = "0.1.0"
@@ -57,7 +57,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "transferdx.auditing.pooling": ("FlagSettings",),
     "transferdx.auditing.values": ("SemanticSettings",),
     "transferdx.auditing.result": ("Audit",),
-    "transferdx.cleaning": ("CleanResult",),
+    "transferdx.pipeline.cleaning": ("CleanResult",),
     "transferdx.diagnostics.suspicion": ("SuspicionSettings",),
     "transferdx.embed": ("CacheWarning", "EmbeddingCache", "EncoderSpec"),
     "transferdx.inputs.records": ("Exclusion", "InputError", "LoadResult", "Passage", "QuerySet", "Record"),

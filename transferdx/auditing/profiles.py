@@ -67,6 +67,18 @@ SEMANTIC_COLUMNS = [
 ]
 
 
+MEAN_STATS = [  # (profile column, CI prefix, label)
+    ("rho_mean", "rho", "ρ"),
+    ("eta_mean", "eta", "η"),
+    ("psi_mean", "psi", "ψ"),
+    ("inversion_rate", "inversion_rate", "inversion"),
+    ("margin_mean", "margin", "margin"),
+    ("h_mean", "h", "h"),
+    ("loss_mean", "loss", "loss"),
+    ("energy_mean", "energy", "energy"),
+]
+
+
 @dataclass(frozen=True)
 class Stat:
     """A source statistic Σ num / Σ den over records; ``den=None`` means 1 per record with a defined

@@ -12,8 +12,9 @@ import pandas as pd
 
 from transferdx.artifacts import owned_folder
 from transferdx.auditing.audit import AuditResult
+from transferdx.auditing.facts import audit_facts, legend_lines
 from transferdx.auditing.report import exclusions_frame, write_audit
-from transferdx.auditing.verdict import audit_facts, legend_lines, verdict_lines
+from transferdx.auditing.verdict import verdict_lines
 from transferdx.display import audit_markdown, audit_repr, exclusions_phrase
 from transferdx.inputs.records import KINDS
 from transferdx.inputs.texts import text_column

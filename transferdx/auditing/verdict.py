@@ -18,257 +18,35 @@ from the audit's one suspects table (:func:`source_facts`). A source with fewer 
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
-import re
-import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import numpy as np
-import pandas as pd
-
-from transferdx.diagnostics.fn_combined import cleaning_cut
-from transferdx.diagnostics.suspicion import (
-    ACT_REASONS,
-    MIN_PROBABILITY,
-    PROBABILITY_REASON,
-    SUSPECT_REASONS,
-    MarginMining,
-    margin_mining,
+from transferdx.auditing.commands import clean_command
+from transferdx.auditing.facts import (
+    DIRECTIONS,
+    SourceFacts,
+    cleaning_evidence,
+    cut_precision_text,
+    legend_lines,
+    mined,
+    mined_precision,
+    precision_text,
+    psi_evidence,
+    row_number,
+    span_text,
 )
-from transferdx.presets import preset_names
-
-if TYPE_CHECKING:
-    from transferdx.auditing.audit import AuditResult
+from transferdx.diagnostics.suspicion import MIN_PROBABILITY
 
 # Fewer records than this: bootstrap CIs over records and the ranking of sources are not read
 # (with under 30 resampling units a percentile interval is unreliable), a warning is said instead.
 MIN_RECORDS = 30
 
-EVIDENCE = Path(__file__).with_name("evidence.json")  # written by experiments/ship_evidence.py
 
-
-@functools.cache
-def evidence() -> dict[str, Any]:
-    """What the package's own validation found, from the committed results (``evidence.json``)."""
-    import json
-
-    return dict(json.loads(EVIDENCE.read_text(encoding="utf-8")))
-
-
-def _signed(value: float) -> str:
-    return f"{value:+.2f}"
-
-
-def _interval(bounds: Sequence[float] | None) -> str:
-    return f" [{bounds[0]:.2f}, {bounds[1]:.2f}]" if bounds else ""
-
-
-def psi_evidence() -> str:
-    """ψ's rank agreement with transfer in the package's own validation, in words, from
-    :func:`evidence`: over all trained sources and among the genuine ones."""
-    e = evidence()["psi_rank_agreement"]
-    return (
-        f"the package's own validation ({e['backbone']}, {e['n_sources']} sources trained on {e['trained_on']})"
-        f" found ψ's rank agreement with transfer {_signed(e['spearman_all'])}{_interval(e['interval_all'])}"
-        f" over all sources, {e['why']}, and {_signed(e['spearman_genuine'])}{_interval(e['interval_genuine'])}"
-        f" among its {e['n_genuine']} genuine sources"
-    )
-
-
-def _effect(arm: Mapping[str, Any]) -> str:
-    """``+0.004 [−0.010, +0.018], not told apart from no change`` (or a gain / a loss when the
-    interval excludes 0)."""
-    low, high = arm["interval"]
-    word = "a gain" if low > 0 else "a loss" if high < 0 else "not told apart from no change"
-    return f"{arm['vs_raw']:+.3f} [{low:+.3f}, {high:+.3f}], {word}"
-
-
-def cleaning_evidence() -> str:
-    """What following the default cleaning did to trained retrievers in the package's own experiment,
-    in words, from :func:`evidence`: per run (miner), the default cleaning's and the oracle's change of
-    nDCG@10 on held-out queries against training on the file as mined, and the design's MDD."""
-    e = evidence()["cleaning"]
-    parts = []
-    for r in e["runs"].values():
-        arms = r["arms"]
-        low, high = r["raw_vs_frozen_interval"]
-        unmeasured = (
-            f"; training on that file did not beat the untrained model on these queries ({r['raw_vs_frozen']:+.3f}"
-            f" [{low:+.3f}, {high:+.3f}]), so there the effect on transfer is unmeasured"
-            if low <= 0
-            else ""
-        )
-        parts.append(
-            f"{r['label']}: {_effect(arms['tdx_default'])} (removing every judged false negative instead:"
-            f" {_effect(arms['oracle'])}; detectable: ±{arms['tdx_default']['mdd']:.3f}{unmeasured})"
-        )
-    first = next(iter(e["runs"].values()))
-    return (
-        f"in the package's own training test (TREC-DL19 + DL21 single-label files, {e['k']} negatives from each"
-        f" miner's ranking, {e['backbone']}, {e['seeds']} seeds, nDCG@10 on {first['n_queries']} held-out queries;"
-        " experiments/results/cleaning) this cleaning changed the trained retriever by " + "; ".join(parts)
-    )
-
-
-# diagnostic column → (name, what a higher value means, which way is better or more defective)
-DIRECTIONS: dict[str, tuple[str, str, str]] = {
-    "psi_mean": (
-        "ψ",
-        "negatives share fewer of the query's (IDF-weighted) words",
-        "in the study this package follows a higher mean ψ went with better transfer (the study's finding; "
-        + psi_evidence()
-        + ", so it is not a validated predictor of which genuine source trains better); above every genuine"
-        " source (as random passages are) it means negatives too unrelated",
-    ),
-    "rho_mean": (
-        "ρ",
-        "the frozen encoder ranks the positive above the negatives more surely",
-        "lower = harder negatives; above every genuine source = too easy",
-    ),
-    "eta_mean": (
-        "η",
-        "negatives sit closer to the query in the encoder's space",
-        "higher = harder, but above every genuine source = false-negative-shaped",
-    ),
-    "inversion_rate": (
-        "inversion",
-        "more records have a negative scoring at least as high as the positive",
-        "some inversions are what hard negatives look like; very high = look for false negatives",
-    ),
-    "fn_suspect_rate": (
-        "suspected false negatives",
-        "more negatives look like they answer the query (docs/design.md §3.9)",
-        "lower is better",
-    ),
-    "duplicate_positive_rate": ("copies of a positive", "more negatives repeat a positive's text", "0 is right"),
-}
 # the random-mix controls, mildest first (the verdict's ladder sentence and the paper's ladder figure)
 LADDER = ("random_mix_25", "random_mix_50", "random_mix_75", "random_mix_100")
-
-
-@dataclass(frozen=True)
-class SourceFacts:
-    """What the bottom line counts per source, every count of suspects from the audit's one suspects
-    table: negatives, suspects, those default cleaning removes (``n_act``: a reason of
-    :data:`~transferdx.diagnostics.suspicion.ACT_REASONS`), copies and near-copies of a positive,
-    those with ``fn_probability`` ≥ :data:`MIN_PROBABILITY` (``n_probable``), the positive-aware
-    hits (None where a reason was not checked), a mining margin, and whether it is a cleaned copy."""
-
-    n_negatives: int = 0
-    n_suspects: int = 0
-    n_act: int = 0
-    n_copies: int = 0
-    n_near_copies: int | None = None
-    n_probable: int | None = None
-    n_positive_aware: int | None = None
-    margin: MarginMining | None = None
-    cleaned: Mapping[str, Any] | None = None
-    review_expected: float | None = None  # mean fn_probability of the suspects left for review
-    mean_probability: float | None = None  # mean fn_probability of all its negatives (None: not scored)
-
-    @property
-    def n_review(self) -> int:
-        """The suspects default cleaning leaves in place: for review."""
-        return self.n_suspects - self.n_act
-
-
-def _unchecked(negatives: pd.DataFrame, reason: str) -> np.ndarray | None:
-    """Per negative, whether the audit left ``reason`` unchecked (NA); None when it has no column."""
-    column = f"fn_{reason}"
-    return negatives[column].isna().to_numpy(dtype=bool) if column in negatives else None
-
-
-def _checked(unchecked: np.ndarray | None, rows: np.ndarray) -> bool:
-    """Whether the audit checked the reason of ``unchecked`` (:func:`_unchecked`) on ``rows``."""
-    return unchecked is not None and not unchecked[rows].any()
-
-
-def _held(suspects: pd.DataFrame) -> dict[str, np.ndarray]:
-    """Reason → which rows of ``suspects`` hold it: each distinct ``reasons`` text parsed once, the
-    rows reached through the codes of a categorical (no string per suspect)."""
-    if "reasons" not in suspects:
-        return {r: np.zeros(0, dtype=bool) for r in SUSPECT_REASONS}
-    reasons = suspects["reasons"].astype("category")
-    codes = reasons.cat.codes.to_numpy()  # -1: missing, read as no reason
-    sets = [set(str(text).split(";")) for text in reasons.cat.categories] + [set()]
-    return {r: np.asarray([r in x for x in sets], dtype=bool)[codes] for r in SUSPECT_REASONS}
-
-
-def _mean(values: np.ndarray) -> float | None:
-    return float(values.mean()) if len(values) and not np.isnan(values).any() else None
-
-
-def source_facts(
-    suspects: pd.DataFrame,
-    negatives: pd.DataFrame,
-    records: pd.DataFrame,
-    descriptors: Mapping[str, Any] | None = None,
-    alpha: float = 0.95,
-) -> dict[str, SourceFacts]:
-    """:class:`SourceFacts` per source. Every count of suspects is a count of rows of ``suspects``
-    (the audit's one table: ``source``, ``reasons``, ``fn_probability``); ``negatives`` and
-    ``records`` (the audit's order, each record owning ``n_negatives`` consecutive rows of
-    ``negatives``) give the number of negatives, which reasons were checked and the mining margin."""
-    out: dict[str, SourceFacts] = {}
-    if "source" not in records or not len(records):
-        return out
-    owner = np.repeat(np.arange(len(records)), records["n_negatives"].to_numpy(dtype=np.int64))
-    neg_source = records["source"].to_numpy()[owner] if len(owner) else np.asarray([], dtype=object)
-    scored = "s_qp" in records and "s_qn" in negatives
-    prob = (
-        negatives["fn_probability"].to_numpy(dtype=np.float64)
-        if "fn_probability" in negatives
-        else np.full(len(negatives), np.nan)
-    )
-    held = _held(suspects)
-    s_qn = negatives["s_qn"].to_numpy(dtype=np.float64) if scored else None
-    near, aware = _unchecked(negatives, "near_duplicate_positive"), _unchecked(negatives, "positive_aware")
-    sus_source = suspects["source"].to_numpy() if "source" in suspects else np.asarray([], dtype=object)
-    sus_prob = (
-        suspects["fn_probability"].to_numpy(dtype=np.float64)
-        if "fn_probability" in suspects
-        else np.full(len(suspects), np.nan)
-    )
-    for name in dict.fromkeys(records["source"]):
-        rows = np.flatnonzero(neg_source == name)  # the source's negatives: read column by column, not copied
-        mine = np.flatnonzero(sus_source == name)
-        has = {r: hit[mine] for r, hit in held.items()}
-        act = np.zeros(len(mine), dtype=bool)
-        for reason in ACT_REASONS:
-            act |= has[reason]
-        p = sus_prob[mine]
-        probable = int(has[PROBABILITY_REASON].sum()) if scored and not np.isnan(prob[rows]).any() else None
-        margin = None
-        if s_qn is not None and len(rows):
-            s_qp = records["s_qp"].to_numpy(dtype=np.float64)[owner[rows]]
-            margin = margin_mining(s_qp, s_qn[rows], alpha)
-        cleaned = (descriptors or {}).get(name, {}).get("cleaned")
-        out[str(name)] = SourceFacts(
-            n_negatives=len(rows),
-            n_suspects=len(mine),
-            n_act=int(act.sum()),
-            n_copies=int(has["duplicate_positive"].sum()),
-            n_near_copies=int(has["near_duplicate_positive"].sum()) if _checked(near, rows) else None,
-            n_probable=probable,
-            n_positive_aware=int(has["positive_aware"].sum()) if _checked(aware, rows) else None,
-            margin=margin,
-            cleaned=cleaned if isinstance(cleaned, Mapping) else None,
-            review_expected=_mean(p[~act]),
-            mean_probability=_mean(prob[rows]) if scored else None,
-        )
-    return out
-
-
-def audit_facts(result: AuditResult) -> dict[str, SourceFacts]:
-    """:func:`source_facts` of an :class:`~transferdx.auditing.audit.AuditResult`."""
-    alpha = result.suspicion.get("alpha")
-    alpha = float(alpha) if isinstance(alpha, (int, float)) else 0.95
-    return source_facts(result.suspect_values, result.negatives, result.records, result.profile.descriptors, alpha)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -276,19 +54,10 @@ def audit_facts(result: AuditResult) -> dict[str, SourceFacts]:
 # ---------------------------------------------------------------------------------------------
 
 
-def _num(row: Mapping[str, Any], column: str) -> float:
-    value = row.get(column)
-    try:
-        out = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return math.nan
-    return out
-
-
 def _ci(row: Mapping[str, Any], column: str) -> str:
     prefix = column.removesuffix("_mean")
-    low, high = _num(row, f"{prefix}_ci_low"), _num(row, f"{prefix}_ci_high")
-    value = _num(row, column)
+    low, high = row_number(row, f"{prefix}_ci_low"), row_number(row, f"{prefix}_ci_high")
+    value = row_number(row, column)
     if math.isnan(low) or math.isnan(high):
         return f"{value:.3f}"
     return f"{value:.3f} [{low:.3f}, {high:.3f}]"
@@ -298,61 +67,11 @@ def _share(k: int, n: int) -> str:
     return f"{k} of {n} negatives ({k / n:.1%})" if n else f"{k} of 0 negatives"
 
 
-def _precision(rule: str, full: bool = False) -> str:
-    """``precision 0.665 [0.570, 0.764] on TREC-DL19 (base rate 0.575) and 0.600 [0.508, 0.688] on
-    TREC-DL21 (base rate 0.454) deep judgments`` of a rule, read from :func:`evidence` (each year where it suspected
-    something), or that it was not measured there. ``full``: with each year's size and the encoder."""
-    e = evidence()["rule_precision"]
-    parts = []
-    for year, m in e["rules"].get(rule, {}).items():
-        if m is None:
-            continue
-        y = e["years"][year]
-        size = f", {y['n_negatives']:,} negatives of {y['n_queries']} queries" if full else ""
-        parts.append(
-            f"{m['precision']:.3f} [{m['interval'][0]:.3f}, {m['interval'][1]:.3f}] on {y['name']}"
-            f" (base rate {y['base_rate']:.3f}{size})"
-        )
-    if not parts:
-        return "not measured on deep judgments (no instance in TREC-DL19 or DL21)"
-    encoder = f", {e['encoder']}" if full else ""
-    return f"precision {' and '.join(parts)} deep judgments{encoder}"
-
-
-def _probability_precision() -> str:
-    """The cleaning cut's measured precision, out of year, and where it was measured."""
-    cut = cleaning_cut()
-    return (
-        f"precision {cut['precision']:.3f} [{cut['precision_ci_low']:.3f}, {cut['precision_ci_high']:.3f}] out of"
-        " year on TREC-DL (each year scored by the detector fitted on the other)"
-    )
-
-
-def mined() -> dict[str, Any]:
-    """What the package measured on files mined the way users mine (``evidence.json`` →
-    ``mined_share``, from ``experiments/fn_mined.py``)."""
-    return dict(evidence()["mined_share"])
-
-
-def _span(bounds: Sequence[float]) -> str:
-    return f"{bounds[0]:.2f}" if bounds[0] == bounds[1] else f"{bounds[0]:.2f}–{bounds[1]:.2f}"
-
-
-def mined_precision() -> str:
-    """The default clean's measured precision on files mined the way users mine, by regime."""
-    m = mined()
-    return (
-        f"right {_span(m['clean_precision'])} of the time on {m['n_files']} files mined the way users mine"
-        f" ({m['where']}, by regime; {_span(m['own_margin']['clean_precision'])} where the audit's own encoder"
-        " mined with a margin)"
-    )
-
-
 def prior_unidentified(row: Mapping[str, Any]) -> bool:
     """The audit's estimate of the source's share of false negatives fell on 1, or on 0 with a mining
     margin in sight (``fn_prior_boundary``): the file looks filtered by the audit's own encoder
     (:func:`~transferdx.auditing.pooling.source_priors`)."""
-    return not math.isnan(_num(row, "fn_prior_boundary"))
+    return not math.isnan(row_number(row, "fn_prior_boundary"))
 
 
 def prior_sentence(row: Mapping[str, Any]) -> str:
@@ -361,50 +80,18 @@ def prior_sentence(row: Mapping[str, Any]) -> str:
     m = mined()
     said = ""
     if prior_unidentified(row):
-        side = "0" if _num(row, "fn_prior_boundary") < 0.5 else "1"
+        side = "0" if row_number(row, "fn_prior_boundary") < 0.5 else "1"
         said = (
             "its negatives fit no mix of the detectors' false and true negatives (the share's estimate falls on"
             f" {side}), as when the file's miner filtered them under the audit's own encoder; "
         )
     return (
         f"{said}how many of its negatives are false negatives is not estimated from the file, and fn_probability is"
-        f" not moved to it: it is calibrated at TREC-DL's share (ECE {_span(m['ece'])} on {m['n_files']} files mined"
-        f" the way users mine, {m['where']}, where the share was {_span(m['share'])} by regime and the audit's"
-        f" estimate of it covered it on {m['em_covered']} of {m['em_estimated']} files and fell on 0 or 1 on"
+        f" not moved to it: it is calibrated at TREC-DL's share (ECE {span_text(m['ece'])} on {m['n_files']} files"
+        f" mined the way users mine, {m['where']}, where the share was {span_text(m['share'])} by regime and the"
+        f" audit's estimate of it covered it on {m['em_covered']} of {m['em_estimated']} files and fell on 0 or 1 on"
         f" {m['em_boundary']})"
     )
-
-
-IN_MEMORY = "(in memory)"  # the data label of records given in memory (pipeline.auditing)
-# a value Hydra and bash both take unquoted; anything else is quoted for both
-PLAIN_VALUE = re.compile(r"[A-Za-z0-9_./:@+-]+")
-
-
-@functools.cache
-def _data_presets() -> frozenset[str]:
-    return frozenset(preset_names("data"))
-
-
-def override(key: str, value: str) -> str:
-    """``key=value`` as typed in bash: plain when safe, else Hydra's double quotes inside the shell's
-    (a backslash doubled only before a quote or at the end, as Hydra reads them)."""
-    if PLAIN_VALUE.fullmatch(value):
-        return f"{key}={value}"
-    inner = re.sub(r'(\\*)("|$)', lambda m: m.group(1) * 2 + ("\\" + m.group(2) if m.group(2) else ""), value)
-    return shlex.quote(f'{key}="{inner}"')
-
-
-def clean_command(settings: Mapping[str, Any] | None, input_path: str | None = None, lexical: bool = False) -> str:
-    """The command that cleans the input the audit read, as it runs when pasted into bash:
-    ``transferdx-clean input=<input_path>`` (else the input's name as the artifacts record it),
-    ``data=<name>`` for a bundled data set, the Python call for records given in memory;
-    ``diagnostics=lexical`` when the audit ran without an encoder."""
-    label = str(input_path or (settings or {}).get("data") or IN_MEMORY)
-    if label == IN_MEMORY:
-        return "`transferdx.clean(records, audit)`"
-    preset = label in _data_presets() and not Path(label).exists()
-    argument = f"data={label}" if preset else override("input", label)
-    return f"`transferdx-clean {argument}{' diagnostics=lexical' if lexical else ''}`"
 
 
 def _absolute(row: Mapping[str, Any]) -> dict[str, str] | None:
@@ -508,11 +195,12 @@ def _removable(f: SourceFacts) -> str:
     """What default cleaning removes besides copies, with what was measured of it."""
     parts = []
     if f.n_near_copies is not None:
-        parts.append(f"{f.n_near_copies} are near-copies of one (s(p0,n) ≥ δ; {_precision('near_duplicate_positive')})")
+        parts.append(
+            f"{f.n_near_copies} are near-copies of one (s(p0,n) ≥ δ; {precision_text('near_duplicate_positive')})"
+        )
     if f.n_probable is not None:
         parts.append(
-            f"{f.n_probable} have fn_probability ≥ {MIN_PROBABILITY:.2f}"
-            f" ({_probability_precision()}; {mined_precision()})"
+            f"{f.n_probable} have fn_probability ≥ {MIN_PROBABILITY:.2f} ({cut_precision_text()}; {mined_precision()})"
         )
     return ", ".join(parts)
 
@@ -553,7 +241,7 @@ def _review(row: Mapping[str, Any], ctx: Context) -> Finding | None:
     out = []
     if rest > 0:
         where = f"({ctx.settings.get('_suspects_where') or 'suspects.csv lists them'}, most probable first)"
-        rule = f"the suspicion rule's {_precision('default_rule')}; many are ordinary hard negatives"
+        rule = f"the suspicion rule's {precision_text('default_rule')}; many are ordinary hard negatives"
         if removable:
             out.append(
                 f"{_share(rest, f.n_negatives)} are suspected false negatives. Default cleaning would remove"
@@ -610,9 +298,9 @@ def _unseen(row: Mapping[str, Any], ctx: Context) -> Finding | None:
     return Finding(
         f"The audit cannot see how many of its negatives are false negatives: it found {f.n_suspects}"
         f" suspect{'' if f.n_suspects == 1 else 's'}{seen};"
-        f" on files mined the way users mine {_span(m['share'])} of the negatives were false negatives by regime,"
+        f" on files mined the way users mine {span_text(m['share'])} of the negatives were false negatives by regime,"
         f" and where the audit's own encoder mined with a margin default cleaning caught"
-        f" {_span(m['own_margin']['clean_recall'])} of them ({m['where']}).{hidden}",
+        f" {span_text(m['own_margin']['clean_recall'])} of them ({m['where']}).{hidden}",
         "Check before training: audit it with a second encoder (`backbone=static_minilm`, or `backbone=mpnet_base`),"
         " score it with a cross-encoder if you have one, or read the suspects"
         f" ({ctx.settings.get('_suspects_where') or 'suspects.csv lists them'}).",
@@ -621,7 +309,7 @@ def _unseen(row: Mapping[str, Any], ctx: Context) -> Finding | None:
 
 def _use(row: Mapping[str, Any], ctx: Context) -> Finding | None:
     f = ctx.facts
-    inv = _num(row, "inversion_rate")
+    inv = row_number(row, "inversion_rate")
     said = f"{f.n_suspects} of its {f.n_negatives} negatives are suspected false negatives"
     if f.n_probable is not None:
         said += f", {f.n_probable} have fn_probability ≥ {MIN_PROBABILITY:.2f}"
@@ -679,7 +367,7 @@ def _small(n: int) -> str | None:
 def _fixed_comparison(row: Mapping[str, Any], thresholds: Mapping[str, float]) -> list[str]:
     out = []
     for column, threshold in thresholds.items():
-        value = _num(row, column)
+        value = row_number(row, column)
         if not math.isnan(value):
             out.append(f"{DIRECTIONS[column][0]} {value:.3f} (study: {threshold})")
     return out
@@ -707,12 +395,12 @@ def verdict_lines(
     ``input_path``: the input the audit read, for the command said (None: the name in ``settings``)."""
     settings = dict(settings or {})
     settings["_suspects_where"] = "suspects.csv lists them" if written else "`.suspects` lists them"
-    genuine = [r for r in rows if r.get("kind") == "genuine" and _num(r, "n_records") > 0]
-    semantic = any(not math.isnan(_num(r, "rho_mean")) for r in rows)
+    genuine = [r for r in rows if r.get("kind") == "genuine" and row_number(r, "n_records") > 0]
+    semantic = any(not math.isnan(row_number(r, "rho_mean")) for r in rows)
     mode = str(settings.get("flags") or "envelope")
     out = ["## Verdict", ""]
     for row in genuine:
-        name, n = str(row["source"]), int(_num(row, "n_records"))
+        name, n = str(row["source"]), int(row_number(row, "n_records"))
         f = (facts or {}).get(name) or _facts_from_row(row)
         j = judge(row, Context(f, mode, settings, input_path))
         unit = "record" if n == 1 else "records"
@@ -728,13 +416,13 @@ def verdict_lines(
             )
         if semantic:
             out.append(f"  False negatives: {prior_sentence(row)}.")
-        fn = _num(row, "fn_suspect_rate")
+        fn = row_number(row, "fn_suspect_rate")
         if not math.isnan(fn):
             out.append(
                 f"  Suspected false negatives: {f.n_suspects} ({_ci(row, 'fn_suspect_rate')} of its negatives);"
-                f" the rule's {_precision('default_rule', full=True)}."
+                f" the rule's {precision_text('default_rule', full=True)}."
             )
-        inv = _num(row, "inversion_rate")
+        inv = row_number(row, "inversion_rate")
         if not math.isnan(inv):
             out.append(
                 f"  Inversions: in {inv:.1%} of records a negative scores at least as high as the positive"
@@ -754,21 +442,10 @@ def verdict_lines(
     return out + legend_lines(rows) if legend else out
 
 
-def legend_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """What each direction means, for the diagnostics the profile has (the verdict's last section in
-    report.md; the command line prints it before the verdict, so that the verdict ends the output)."""
-    out = ["", "Which way is which:", ""]
-    for column, (symbol, higher, better) in DIRECTIONS.items():
-        if any(not math.isnan(_num(r, column)) for r in rows):
-            out.append(f"- {symbol}: higher = {higher}; {better}.")
-    out.append("")
-    return out
-
-
 def _facts_from_row(row: Mapping[str, Any]) -> SourceFacts:
     """Counts recovered from the profile's rates when no per-negative table is at hand."""
-    n = int(_num(row, "n_negatives")) if not math.isnan(_num(row, "n_negatives")) else 0
-    fn, dup = _num(row, "fn_suspect_rate"), _num(row, "duplicate_positive_rate")
+    n = int(row_number(row, "n_negatives")) if not math.isnan(row_number(row, "n_negatives")) else 0
+    fn, dup = row_number(row, "fn_suspect_rate"), row_number(row, "duplicate_positive_rate")
     copies = round(dup * n) if not math.isnan(dup) else 0
     return SourceFacts(n, round(fn * n) if not math.isnan(fn) else 0, copies, copies)
 
@@ -780,7 +457,7 @@ def _parents(settings: Mapping[str, Any]) -> list[str]:
 
 def _ladder_line(rows: Sequence[Mapping[str, Any]]) -> str | None:
     """What the random-mix ladder shows (None when none of its rungs was built with records)."""
-    if not any(r.get("source") in LADDER and _num(r, "n_records") > 0 for r in rows):
+    if not any(r.get("source") in LADDER and row_number(r, "n_records") > 0 for r in rows):
         return None
     flagged = [r["source"] for r in rows if r.get("source") in LADDER and r.get("flags")]
     smallest = min(flagged, key=LADDER.index).rsplit("_", 1)[1] if flagged else None
@@ -796,7 +473,7 @@ def _controls_lines(
 ) -> list[str]:
     out = []
     n_controls = int(catch.get("n_controls") or 0)
-    empty = [str(r["source"]) for r in rows if r.get("kind") != "genuine" and not _num(r, "n_records") > 0]
+    empty = [str(r["source"]) for r in rows if r.get("kind") != "genuine" and not row_number(r, "n_records") > 0]
     if n_controls:
         missed = [m for m in catch.get("controls_not_flagged") or [] if m not in empty]
         out.append(
@@ -821,15 +498,17 @@ def _controls_lines(
 
 
 def _ranking_lines(genuine: Sequence[Mapping[str, Any]]) -> list[str]:
-    big = [r for r in genuine if _num(r, "n_records") >= MIN_RECORDS and not math.isnan(_num(r, "psi_mean"))]
-    small = [r for r in genuine if _num(r, "n_records") < MIN_RECORDS]
+    big = [
+        r for r in genuine if row_number(r, "n_records") >= MIN_RECORDS and not math.isnan(row_number(r, "psi_mean"))
+    ]
+    small = [r for r in genuine if row_number(r, "n_records") < MIN_RECORDS]
     out = []
     if len(big) >= 2:
-        ranked = sorted(big, key=lambda r: (-_num(r, "psi_mean"), str(r["source"])))
-        parts = [f"{ranked[0]['source']} {_num(ranked[0], 'psi_mean'):.3f}"]
+        ranked = sorted(big, key=lambda r: (-row_number(r, "psi_mean"), str(r["source"])))
+        parts = [f"{ranked[0]['source']} {row_number(ranked[0], 'psi_mean'):.3f}"]
         for a, b in itertools.pairwise(ranked):
-            overlap = _num(a, "psi_ci_low") <= _num(b, "psi_ci_high")
-            parts.append(f"{'≈' if overlap else '>'} {b['source']} {_num(b, 'psi_mean'):.3f}")
+            overlap = row_number(a, "psi_ci_low") <= row_number(b, "psi_ci_high")
+            parts.append(f"{'≈' if overlap else '>'} {b['source']} {row_number(b, 'psi_mean'):.3f}")
         legend = " (≈: the CIs overlap, so that order is not established)" if any("≈" in x for x in parts) else ""
         out.append(
             "- Genuine sources by mean ψ (in the study this package follows, higher mean ψ went with better"
@@ -840,6 +519,6 @@ def _ranking_lines(genuine: Sequence[Mapping[str, Any]]) -> list[str]:
     if small and len(genuine) >= 2:
         out.append(
             "- Not ranked (fewer than "
-            f"{MIN_RECORDS} records): " + ", ".join(f"{r['source']} ({int(_num(r, 'n_records'))})" for r in small)
+            f"{MIN_RECORDS} records): " + ", ".join(f"{r['source']} ({int(row_number(r, 'n_records'))})" for r in small)
         )
     return out

@@ -60,7 +60,7 @@ MIN_PROBABILITY = float(cleaning_cut("single")["cut"])
 # rates 0.58 and 0.45: experiments/results/fn_years/rule_precision.json).
 HIGH_PRECISION_REASONS = ("duplicate_positive", "near_duplicate_positive")
 # fn_probability ≥ MIN_PROBABILITY makes a negative a suspect whatever the other reasons say (the same
-# name as transferdx.cleaning's reason); a suspect's reasons are joined in SUSPECT_REASONS order
+# name as transferdx.pipeline.cleaning's reason); a suspect's reasons are joined in SUSPECT_REASONS order
 PROBABILITY_REASON = "fn_probability"
 SUSPECT_REASONS = (*REASONS, PROBABILITY_REASON)
 ACT_REASONS = (*HIGH_PRECISION_REASONS, PROBABILITY_REASON)  # what default cleaning removes

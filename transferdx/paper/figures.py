@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from transferdx.auditing.report import KIND_COLOURS, png_bytes
+from transferdx.auditing.plots import KIND_COLOURS, png_bytes
 from transferdx.auditing.verdict import LADDER
 from transferdx.paper.tables import TableInputs, mean_ndcg, source_label
 

@@ -23,7 +23,6 @@ from transferdx.analysis.study import StudyData
 from transferdx.auditing.pooling import FlagSettings
 from transferdx.auditing.result import Audit
 from transferdx.auditing.values import SemanticSettings
-from transferdx.cleaning import CleanResult
 from transferdx.inputs.records import InputError
 from transferdx.pipeline.analysing import (
     agree,
@@ -45,7 +44,7 @@ from transferdx.pipeline.auditing import (
     recorded_settings,
     require_records,
 )
-from transferdx.pipeline.cleaning import clean
+from transferdx.pipeline.cleaning import CleanResult, clean
 from transferdx.pipeline.encoders import EncoderLike, encoder_spec, make_encoder, make_tokenizer
 from transferdx.pipeline.evaluating import benchmark_datasets, evaluate
 from transferdx.pipeline.loading import (

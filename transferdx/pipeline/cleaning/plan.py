@@ -1,40 +1,53 @@
-"""The clean verb (design §3.9): load the records, audit them when no audit is given, and write a
-copy, in the input's own shape and file format, with the suspected false negatives removed or
-relabeled (:mod:`transferdx.cleaning` holds the pure core and :class:`CleanResult`; each format
-family's writer, :func:`transferdx.inputs.writing.rewrite`, turns the cleaned queries back into
-the input's rows)."""
+"""The cleaned copy's plan (design §3.9): the input's own tables rewritten by their formats'
+writers (:func:`~transferdx.inputs.writing.rewrite`, in memory), rows in and out, how the copy is
+written, what ``clean.json`` holds and the records view of the copy. Pure: nothing here writes a
+file (:mod:`.result` does)."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from transferdx.auditing.result import Audit
-from transferdx.cleaning import (
+from transferdx.inputs.records import LoadResult, Record, file_stat
+from transferdx.inputs.tables import is_saved_dataset
+from transferdx.inputs.writing import RELABEL_UNWRITTEN, CleanedQuery, Cleaning, Rewritten, rewrite, rows_dataset
+from transferdx.pipeline.cleaning.core import (
     PROBABILITY_REASON,
     RELABELED_RELATION,
     ROWS_COLUMNS,
-    CleanResult,
-    CopyTable,
     checked_reasons,
-    clean_records,
-    reasons_of,
-    review_table,
     unchecked_why,
-    with_context,
 )
-from transferdx.diagnostics.suspicion import MIN_PROBABILITY, TEXT_REASONS
-from transferdx.inputs.records import LoadResult, Record, file_stat
-from transferdx.inputs.tables import is_saved_dataset
-from transferdx.inputs.writing import RELABEL_UNWRITTEN, CleanedQuery, Cleaning, rewrite
-from transferdx.pipeline.auditing import audit
-from transferdx.pipeline.encoders import EncoderLike
-from transferdx.pipeline.loading import load
-from transferdx.pipeline.settings import AuditOptions
+
+
+@dataclass(frozen=True)
+class CopyTable:
+    """One table of the cleaned copy, in the input's shape: ``name`` (under ``cleaned/``), ``form``
+    (:func:`~transferdx.inputs.tables.storage_form`, or ``DataFrame`` / ``Dataset`` in memory),
+    ``like`` (the input file, whose schema is kept), ``split`` (of a ``DatasetDict``) and the rows."""
+
+    name: str
+    form: str
+    rewritten: Rewritten
+    like: Path | None = None
+    split: str | None = None
+    n_rows_in: int = 0  # the input table's rows (unreadable ones included)
+    n_unreadable: int = 0  # rows that could not be read at all (in the exclusion log)
+    companions: Mapping[str, bytes] = field(default_factory=dict)  # files of the input copied as read
+
+    def save_form(self) -> str:
+        return {"DataFrame": "parquet", "Dataset": "save_to_disk"}.get(self.form, self.form)
+
+    def dataset(self) -> Any:
+        r = self.rewritten
+        return rows_dataset(r.columns, r.rows, self.save_form(), self.like, self.split)
+
 
 ROW_EXCLUSION_UNITS = ("record", "line")  # exclusions that leave a whole table row out
 
@@ -60,7 +73,7 @@ def _skip_lines(loaded: LoadResult, label: str) -> frozenset[int]:
     )
 
 
-def _copy_tables(
+def copy_tables(
     loaded: LoadResult,
     queries: Sequence[CleanedQuery],
     removed: pd.DataFrame,
@@ -100,7 +113,7 @@ def _copy_tables(
     return out, ""
 
 
-def _rows_frame(tables: Sequence[CopyTable]) -> pd.DataFrame:
+def rows_frame(tables: Sequence[CopyTable]) -> pd.DataFrame:
     rows = [(t.name, c.line, c.qid, c.change, c.n_lost, c.detail) for t in tables for c in t.rewritten.changes]
     return pd.DataFrame(rows, columns=ROWS_COLUMNS)
 
@@ -131,92 +144,6 @@ def _added(t: CopyTable) -> int:
     return sum(1 for c in t.rewritten.changes if c.line is None and c.change == "added")
 
 
-def clean(
-    records: Any,
-    audit_result: Audit | pd.DataFrame | None = None,
-    *,
-    reasons: Sequence[str] | None = None,
-    action: str = "remove",
-    min_probability: float | str | None = "auto",
-    fill: str = "none",
-    keep: int | None = None,
-    out: str | Path | None = None,
-    encoder: EncoderLike | None = "minilm_l6",
-    cache_dir: str | Path | None = None,
-    format: str = "records",
-    source: str | None = None,
-    options: AuditOptions | None = None,
-    **overrides: Any,
-) -> CleanResult:
-    """Remove (``action="remove"``) or relabel as positives (``"relabel"``; ``"both"``: relabel them
-    and remove every other suspect, the review list) the negatives suspected
-    of being false negatives for ``reasons`` (None: the high-precision
-    :data:`transferdx.cleaning.DEFAULT_REASONS` the audit checked) and, when the audit's frame has
-    ``fn_probability``, those with ``fn_probability ≥ min_probability`` (``"auto"``: with the
-    default reasons, :data:`transferdx.diagnostics.suspicion.MIN_PROBABILITY` = 0.80, chosen out of
-    year on TREC-DL19/DL21, precision 0.814; with reasons given, not used; None: not used). The other
-    suspects are listed for review (``result.review``). ``records``: anything :func:`transferdx.load`
-    takes (``format``, ``source`` as there); a path or a table is written back in its own shape and
-    form (``result.to_dataset()``, ``result.save``). ``audit_result``: an :class:`Audit` of the same
-    records or its per-negative frame; without it the records are audited here (``encoder``,
-    ``options`` and keyword ``overrides`` as :func:`transferdx.audit`; no encoder when every reason
-    asked for is a text reason). Nothing is invented: ``keep`` writes the first ``keep`` accepted
-    negatives of each row or record; a row left short of its shape is dropped and listed unless
-    ``fill`` asks to ``repeat`` (refill, repeat) or ``borrow`` (also lend the next query's negatives
-    to a query left with none). With ``out`` the copy is written there (:meth:`CleanResult.save`)."""
-    if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
-        raise ValueError(f"clean keep must be a positive integer or None, got {keep!r}")
-    options = dataclasses.replace(options or AuditOptions(), **overrides)
-    if min_probability == "auto":
-        min_probability = MIN_PROBABILITY if reasons is None else None
-    elif isinstance(min_probability, str):
-        raise ValueError(f"min_probability must be a number in [0, 1], 'auto' or None, got {min_probability!r}")
-    loaded = load(records, format=format, source=source, on_error=options.on_error, keep_tables=True)
-    frame: pd.DataFrame
-    result: Audit | None = audit_result if isinstance(audit_result, Audit) else None
-    if audit_result is None:
-        text_only = reasons is not None and set(reasons) <= set(TEXT_REASONS)
-        enc = None if text_only else encoder
-        # controls would only add sources to audit: suspicion is per negative, of the records alone
-        result = audit(loaded, options, encoder=enc, cache_dir=cache_dir, controls="none")
-        frame = result.result.negatives
-    else:
-        frame = audit_result.result.negatives if isinstance(audit_result, Audit) else audit_result
-    chosen = reasons_of(frame, reasons)
-    queries, removed, emptied = clean_records(
-        loaded.records, frame, reasons=chosen, action=action, min_probability=min_probability, fill=fill
-    )
-    tables, note = _copy_tables(loaded, queries, removed, records, fill, keep)
-    plan = _output_plan(records, tables, note)
-    review = review_table(loaded.records, frame, removed)
-    # the files a person reads: each row with the query, its positive and the user's own id
-    removed, emptied, review = (with_context(t, loaded.records, loaded.origins) for t in (removed, emptied, review))
-    descriptor = _descriptor(loaded, frame, chosen, action, min_probability, (queries, removed, emptied), plan, result)
-    descriptor |= {"fill": fill, "keep": keep}
-    descriptor["n_review"] = len(review)
-    descriptor["input_sha256"] = {Path(k.table.file).name: k.table.sha256 for k in loaded.tables if k.table.sha256}
-    descriptor["input_changed"] = changed_since_read(loaded)
-    # relabeled passages the copy's shape could not hold as positives (each listed in rows.csv)
-    descriptor["n_relabeled_unwritten"] = sum(
-        1 for t in tables for c in t.rewritten.changes if c.change == RELABEL_UNWRITTEN
-    )
-    if tables:
-        descriptor["rows"] = row_accounting(tables)
-    done = CleanResult(
-        _cleaned_copy(loaded, queries, descriptor, keep),
-        removed,
-        emptied,
-        descriptor,
-        result,
-        review,
-        _rows_frame(tables),
-        tuple(tables),
-    )
-    if out is not None:
-        done.save(out)
-    return done
-
-
 def changed_since_read(loaded: LoadResult) -> list[str]:
     """The input files that changed on disk after they were read (size, mtime or inode): the copy is
     made from the rows read, so it is of the version read, whole; the summary says so."""
@@ -227,7 +154,7 @@ def changed_since_read(loaded: LoadResult) -> list[str]:
     )
 
 
-def _output_plan(data: Any, tables: Sequence[CopyTable], note: str) -> dict[str, Any]:
+def output_plan(data: Any, tables: Sequence[CopyTable], note: str) -> dict[str, Any]:
     """How the copy is written and whether that is the input's own shape and form (never pretended)."""
     if tables:
         forms = ", ".join(sorted({t.save_form() for t in tables}))
@@ -248,7 +175,7 @@ def _output_plan(data: Any, tables: Sequence[CopyTable], note: str) -> dict[str,
     }
 
 
-def _descriptor(
+def descriptor_of(
     loaded: LoadResult,
     frame: pd.DataFrame,
     chosen: Sequence[str],
@@ -289,7 +216,24 @@ def _descriptor(
     return descriptor
 
 
-def _cleaned_copy(
+def copy_facts(
+    loaded: LoadResult, tables: Sequence[CopyTable], n_review: int, fill: str, keep: int | None
+) -> dict[str, Any]:
+    """The rest of ``clean.json``: the fill and keep asked for, the suspects left for review, each input
+    file's sha256 and whether it changed while the clean ran, the relabeled passages the copy's shape
+    could not hold (each listed in rows.csv) and, for the input's own tables, rows in and out."""
+    facts: dict[str, Any] = {"fill": fill, "keep": keep, "n_review": n_review}
+    facts["input_sha256"] = {Path(k.table.file).name: k.table.sha256 for k in loaded.tables if k.table.sha256}
+    facts["input_changed"] = changed_since_read(loaded)
+    facts["n_relabeled_unwritten"] = sum(
+        1 for t in tables for c in t.rewritten.changes if c.change == RELABEL_UNWRITTEN
+    )
+    if tables:
+        facts["rows"] = row_accounting(tables)
+    return facts
+
+
+def cleaned_copy(
     loaded: LoadResult, queries: Sequence[CleanedQuery], descriptor: Mapping[str, Any], keep: int | None = None
 ) -> LoadResult:
     """The records view of the copy (the first ``keep`` negatives of each record; a record left

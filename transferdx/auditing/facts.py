@@ -1,0 +1,320 @@
+"""The facts the verdict states, each with where it was counted or measured: per source, what the
+audit counted (:class:`SourceFacts`, from the audit's one suspects table); what the package
+measured elsewhere (``evidence.json``, written by experiments/ship_evidence.py: ψ's and cleaning's
+effect on training, the rules' precision on deep judgments, files mined the way users mine); and
+what each diagnostic means, which way (:data:`DIRECTIONS`, :func:`legend_lines`)."""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from transferdx.diagnostics.fn_combined import cleaning_cut
+from transferdx.diagnostics.suspicion import (
+    ACT_REASONS,
+    PROBABILITY_REASON,
+    SUSPECT_REASONS,
+    MarginMining,
+    margin_mining,
+)
+
+if TYPE_CHECKING:
+    from transferdx.auditing.audit import AuditResult
+
+
+EVIDENCE = Path(__file__).with_name("evidence.json")  # written by experiments/ship_evidence.py
+
+
+@functools.cache
+def evidence() -> dict[str, Any]:
+    """What the package's own validation found, from the committed results (``evidence.json``)."""
+    import json
+
+    return dict(json.loads(EVIDENCE.read_text(encoding="utf-8")))
+
+
+def _signed(value: float) -> str:
+    return f"{value:+.2f}"
+
+
+def _interval(bounds: Sequence[float] | None) -> str:
+    return f" [{bounds[0]:.2f}, {bounds[1]:.2f}]" if bounds else ""
+
+
+def psi_evidence() -> str:
+    """ψ's rank agreement with transfer in the package's own validation, in words, from
+    :func:`evidence`: over all trained sources and among the genuine ones."""
+    e = evidence()["psi_rank_agreement"]
+    return (
+        f"the package's own validation ({e['backbone']}, {e['n_sources']} sources trained on {e['trained_on']})"
+        f" found ψ's rank agreement with transfer {_signed(e['spearman_all'])}{_interval(e['interval_all'])}"
+        f" over all sources, {e['why']}, and {_signed(e['spearman_genuine'])}{_interval(e['interval_genuine'])}"
+        f" among its {e['n_genuine']} genuine sources"
+    )
+
+
+def _effect(arm: Mapping[str, Any]) -> str:
+    """``+0.004 [−0.010, +0.018], not told apart from no change`` (or a gain / a loss when the
+    interval excludes 0)."""
+    low, high = arm["interval"]
+    word = "a gain" if low > 0 else "a loss" if high < 0 else "not told apart from no change"
+    return f"{arm['vs_raw']:+.3f} [{low:+.3f}, {high:+.3f}], {word}"
+
+
+def cleaning_evidence() -> str:
+    """What following the default cleaning did to trained retrievers in the package's own experiment,
+    in words, from :func:`evidence`: per run (miner), the default cleaning's and the oracle's change of
+    nDCG@10 on held-out queries against training on the file as mined, and the design's MDD."""
+    e = evidence()["cleaning"]
+    parts = []
+    for r in e["runs"].values():
+        arms = r["arms"]
+        low, high = r["raw_vs_frozen_interval"]
+        unmeasured = (
+            f"; training on that file did not beat the untrained model on these queries ({r['raw_vs_frozen']:+.3f}"
+            f" [{low:+.3f}, {high:+.3f}]), so there the effect on transfer is unmeasured"
+            if low <= 0
+            else ""
+        )
+        parts.append(
+            f"{r['label']}: {_effect(arms['tdx_default'])} (removing every judged false negative instead:"
+            f" {_effect(arms['oracle'])}; detectable: ±{arms['tdx_default']['mdd']:.3f}{unmeasured})"
+        )
+    first = next(iter(e["runs"].values()))
+    return (
+        f"in the package's own training test (TREC-DL19 + DL21 single-label files, {e['k']} negatives from each"
+        f" miner's ranking, {e['backbone']}, {e['seeds']} seeds, nDCG@10 on {first['n_queries']} held-out queries;"
+        " experiments/results/cleaning) this cleaning changed the trained retriever by " + "; ".join(parts)
+    )
+
+
+@dataclass(frozen=True)
+class SourceFacts:
+    """What the bottom line counts per source, every count of suspects from the audit's one suspects
+    table: negatives, suspects, those default cleaning removes (``n_act``: a reason of
+    :data:`~transferdx.diagnostics.suspicion.ACT_REASONS`), copies and near-copies of a positive,
+    those with ``fn_probability`` ≥ :data:`MIN_PROBABILITY` (``n_probable``), the positive-aware
+    hits (None where a reason was not checked), a mining margin, and whether it is a cleaned copy."""
+
+    n_negatives: int = 0
+    n_suspects: int = 0
+    n_act: int = 0
+    n_copies: int = 0
+    n_near_copies: int | None = None
+    n_probable: int | None = None
+    n_positive_aware: int | None = None
+    margin: MarginMining | None = None
+    cleaned: Mapping[str, Any] | None = None
+    review_expected: float | None = None  # mean fn_probability of the suspects left for review
+    mean_probability: float | None = None  # mean fn_probability of all its negatives (None: not scored)
+
+    @property
+    def n_review(self) -> int:
+        """The suspects default cleaning leaves in place: for review."""
+        return self.n_suspects - self.n_act
+
+
+def _unchecked(negatives: pd.DataFrame, reason: str) -> np.ndarray | None:
+    """Per negative, whether the audit left ``reason`` unchecked (NA); None when it has no column."""
+    column = f"fn_{reason}"
+    return negatives[column].isna().to_numpy(dtype=bool) if column in negatives else None
+
+
+def _checked(unchecked: np.ndarray | None, rows: np.ndarray) -> bool:
+    """Whether the audit checked the reason of ``unchecked`` (:func:`_unchecked`) on ``rows``."""
+    return unchecked is not None and not unchecked[rows].any()
+
+
+def _held(suspects: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Reason → which rows of ``suspects`` hold it: each distinct ``reasons`` text parsed once, the
+    rows reached through the codes of a categorical (no string per suspect)."""
+    if "reasons" not in suspects:
+        return {r: np.zeros(0, dtype=bool) for r in SUSPECT_REASONS}
+    reasons = suspects["reasons"].astype("category")
+    codes = reasons.cat.codes.to_numpy()  # -1: missing, read as no reason
+    sets = [set(str(text).split(";")) for text in reasons.cat.categories] + [set()]
+    return {r: np.asarray([r in x for x in sets], dtype=bool)[codes] for r in SUSPECT_REASONS}
+
+
+def _mean(values: np.ndarray) -> float | None:
+    return float(values.mean()) if len(values) and not np.isnan(values).any() else None
+
+
+def source_facts(
+    suspects: pd.DataFrame,
+    negatives: pd.DataFrame,
+    records: pd.DataFrame,
+    descriptors: Mapping[str, Any] | None = None,
+    alpha: float = 0.95,
+) -> dict[str, SourceFacts]:
+    """:class:`SourceFacts` per source. Every count of suspects is a count of rows of ``suspects``
+    (the audit's one table: ``source``, ``reasons``, ``fn_probability``); ``negatives`` and
+    ``records`` (the audit's order, each record owning ``n_negatives`` consecutive rows of
+    ``negatives``) give the number of negatives, which reasons were checked and the mining margin."""
+    out: dict[str, SourceFacts] = {}
+    if "source" not in records or not len(records):
+        return out
+    owner = np.repeat(np.arange(len(records)), records["n_negatives"].to_numpy(dtype=np.int64))
+    neg_source = records["source"].to_numpy()[owner] if len(owner) else np.asarray([], dtype=object)
+    scored = "s_qp" in records and "s_qn" in negatives
+    prob = (
+        negatives["fn_probability"].to_numpy(dtype=np.float64)
+        if "fn_probability" in negatives
+        else np.full(len(negatives), np.nan)
+    )
+    held = _held(suspects)
+    s_qn = negatives["s_qn"].to_numpy(dtype=np.float64) if scored else None
+    near, aware = _unchecked(negatives, "near_duplicate_positive"), _unchecked(negatives, "positive_aware")
+    sus_source = suspects["source"].to_numpy() if "source" in suspects else np.asarray([], dtype=object)
+    sus_prob = (
+        suspects["fn_probability"].to_numpy(dtype=np.float64)
+        if "fn_probability" in suspects
+        else np.full(len(suspects), np.nan)
+    )
+    for name in dict.fromkeys(records["source"]):
+        rows = np.flatnonzero(neg_source == name)  # the source's negatives: read column by column, not copied
+        mine = np.flatnonzero(sus_source == name)
+        has = {r: hit[mine] for r, hit in held.items()}
+        act = np.zeros(len(mine), dtype=bool)
+        for reason in ACT_REASONS:
+            act |= has[reason]
+        p = sus_prob[mine]
+        probable = int(has[PROBABILITY_REASON].sum()) if scored and not np.isnan(prob[rows]).any() else None
+        margin = None
+        if s_qn is not None and len(rows):
+            s_qp = records["s_qp"].to_numpy(dtype=np.float64)[owner[rows]]
+            margin = margin_mining(s_qp, s_qn[rows], alpha)
+        cleaned = (descriptors or {}).get(name, {}).get("cleaned")
+        out[str(name)] = SourceFacts(
+            n_negatives=len(rows),
+            n_suspects=len(mine),
+            n_act=int(act.sum()),
+            n_copies=int(has["duplicate_positive"].sum()),
+            n_near_copies=int(has["near_duplicate_positive"].sum()) if _checked(near, rows) else None,
+            n_probable=probable,
+            n_positive_aware=int(has["positive_aware"].sum()) if _checked(aware, rows) else None,
+            margin=margin,
+            cleaned=cleaned if isinstance(cleaned, Mapping) else None,
+            review_expected=_mean(p[~act]),
+            mean_probability=_mean(prob[rows]) if scored else None,
+        )
+    return out
+
+
+def audit_facts(result: AuditResult) -> dict[str, SourceFacts]:
+    """:func:`source_facts` of an :class:`~transferdx.auditing.audit.AuditResult`."""
+    alpha = result.suspicion.get("alpha")
+    alpha = float(alpha) if isinstance(alpha, (int, float)) else 0.95
+    return source_facts(result.suspect_values, result.negatives, result.records, result.profile.descriptors, alpha)
+
+
+def precision_text(rule: str, full: bool = False) -> str:
+    """``precision 0.665 [0.570, 0.764] on TREC-DL19 (base rate 0.575) and 0.600 [0.508, 0.688] on
+    TREC-DL21 (base rate 0.454) deep judgments`` of a rule, read from :func:`evidence` (each year where it suspected
+    something), or that it was not measured there. ``full``: with each year's size and the encoder."""
+    e = evidence()["rule_precision"]
+    parts = []
+    for year, m in e["rules"].get(rule, {}).items():
+        if m is None:
+            continue
+        y = e["years"][year]
+        size = f", {y['n_negatives']:,} negatives of {y['n_queries']} queries" if full else ""
+        parts.append(
+            f"{m['precision']:.3f} [{m['interval'][0]:.3f}, {m['interval'][1]:.3f}] on {y['name']}"
+            f" (base rate {y['base_rate']:.3f}{size})"
+        )
+    if not parts:
+        return "not measured on deep judgments (no instance in TREC-DL19 or DL21)"
+    encoder = f", {e['encoder']}" if full else ""
+    return f"precision {' and '.join(parts)} deep judgments{encoder}"
+
+
+def cut_precision_text() -> str:
+    """The cleaning cut's measured precision, out of year, and where it was measured."""
+    cut = cleaning_cut()
+    return (
+        f"precision {cut['precision']:.3f} [{cut['precision_ci_low']:.3f}, {cut['precision_ci_high']:.3f}] out of"
+        " year on TREC-DL (each year scored by the detector fitted on the other)"
+    )
+
+
+def mined() -> dict[str, Any]:
+    """What the package measured on files mined the way users mine (``evidence.json`` →
+    ``mined_share``, from ``experiments/fn_mined.py``)."""
+    return dict(evidence()["mined_share"])
+
+
+def span_text(bounds: Sequence[float]) -> str:
+    return f"{bounds[0]:.2f}" if bounds[0] == bounds[1] else f"{bounds[0]:.2f}–{bounds[1]:.2f}"
+
+
+def mined_precision() -> str:
+    """The default clean's measured precision on files mined the way users mine, by regime."""
+    m = mined()
+    return (
+        f"right {span_text(m['clean_precision'])} of the time on {m['n_files']} files mined the way users mine"
+        f" ({m['where']}, by regime; {span_text(m['own_margin']['clean_precision'])} where the audit's own encoder"
+        " mined with a margin)"
+    )
+
+
+def row_number(row: Mapping[str, Any], column: str) -> float:
+    """A profile row's value as a float: NaN where it is missing or not a number."""
+    value = row.get(column)
+    try:
+        out = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return math.nan
+    return out
+
+
+# diagnostic column → (name, what a higher value means, which way is better or more defective)
+DIRECTIONS: dict[str, tuple[str, str, str]] = {
+    "psi_mean": (
+        "ψ",
+        "negatives share fewer of the query's (IDF-weighted) words",
+        "in the study this package follows a higher mean ψ went with better transfer (the study's finding; "
+        + psi_evidence()
+        + ", so it is not a validated predictor of which genuine source trains better); above every genuine"
+        " source (as random passages are) it means negatives too unrelated",
+    ),
+    "rho_mean": (
+        "ρ",
+        "the frozen encoder ranks the positive above the negatives more surely",
+        "lower = harder negatives; above every genuine source = too easy",
+    ),
+    "eta_mean": (
+        "η",
+        "negatives sit closer to the query in the encoder's space",
+        "higher = harder, but above every genuine source = false-negative-shaped",
+    ),
+    "inversion_rate": (
+        "inversion",
+        "more records have a negative scoring at least as high as the positive",
+        "some inversions are what hard negatives look like; very high = look for false negatives",
+    ),
+    "fn_suspect_rate": (
+        "suspected false negatives",
+        "more negatives look like they answer the query (docs/design.md §3.9)",
+        "lower is better",
+    ),
+    "duplicate_positive_rate": ("copies of a positive", "more negatives repeat a positive's text", "0 is right"),
+}
+
+
+def legend_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What each direction means, for the diagnostics the profile has (the verdict's last section in
+    report.md; the command line prints it before the verdict, so that the verdict ends the output)."""
+    out = ["", "Which way is which:", ""]
+    for column, (symbol, higher, better) in DIRECTIONS.items():
+        if any(not math.isnan(row_number(r, column)) for r in rows):
+            out.append(f"- {symbol}: higher = {higher}; {better}.")
+    out.append("")
+    return out
