@@ -275,7 +275,7 @@ def composites(
 ) -> dict[str, dict[str, Any]]:
     """The per-source composites with their percentile bootstrap CIs over records (``<form>_ci_low``
     / ``<form>_ci_high``; the source's own stream, so the same resamples as its other statistics),
-    from the embeddings :func:`_semantic` scored."""
+    from the embeddings :func:`~transferdx.auditing.values.row_values` scored."""
     e_q, e_p, e_n = vectors
     owner = np.repeat(np.arange(len(per_record)), per_record["n_negatives"].to_numpy())
     w = weights(

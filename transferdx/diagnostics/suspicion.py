@@ -170,7 +170,7 @@ def suspicion_score(s_qp: np.ndarray, s_qn: np.ndarray, alpha: float = 0.95) -> 
 class SuspicionInputs:
     """Per negative: its record index (``owner``), id and text; per record: the positive texts; and,
     when an encoder scored them, s(q,p) and s(q,n) per negative and s(p0,n). ``text_hits``: the
-    text reasons already computed (:func:`text_reasons`, e.g. by the stat task that held the texts);
+    text reasons already computed (:func:`text_reasons`, with the per-row values, where the texts are);
     given them, :func:`suspect_negatives` reads no text, and ids, texts and positives may be empty."""
 
     owner: np.ndarray
