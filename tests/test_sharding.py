@@ -200,16 +200,23 @@ def test_the_in_batch_loss_is_scored_in_a_sharded_audit_as_in_one_process(tmp_pa
 
 def test_one_audit_hashes_its_texts_into_shares_once(tmp_path, monkeypatch):
     """``audit.stage=all`` with every map to run: the digests, the maps and the reduce read one list
-    of shares (each text's SHA-256 taken once, not once for the digests and again for the maps).
-    Kills: the shares recomputed per step."""
+    of shares, and each share's digest is taken once (each text's SHA-256 not again for the missing
+    shards, each map's work and the reduce's check). Kills: the shares or their digests recomputed
+    per step."""
     import transferdx.shards.run as run
 
     calls = []
     real = run.text_shares
     monkeypatch.setattr(run, "text_shares", lambda prepared, n: calls.append(n) or real(prepared, n))
     kw = {"encoder": None, "semantic": None, "resamples": 20, "cache_dir": tmp_path, "controls": "none"}
+    import transferdx.shards.plan as plan_module
+
+    hashed = []
+    real_hash = plan_module.content_hash
+    monkeypatch.setattr(plan_module, "content_hash", lambda *a: hashed.append(a) or real_hash(*a))
     audit_sharded(tdx.load("demo").records, shards=3, **kw)
     assert calls == [3]
+    assert len(hashed) == 1 + 3  # the plan's key, then each share's digest once (not once per step)
     prepared = tdx.pipeline.prepare_audit(tdx.load("demo").records, **kw)
     run.run_stage(prepared, run.ShardSettings(shards=3, cache_dir=tmp_path))
     assert calls == [3, 3]

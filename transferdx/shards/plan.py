@@ -12,6 +12,7 @@ seconds, peak memory)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -49,8 +50,11 @@ class TextShare:
     queries: list[str]
     passages: list[str]
 
+    @functools.cached_property
     def digest(self) -> str:
-        """sha256 over the cache keys of the share's queries and passages (each list sorted)."""
+        """sha256 over the cache keys of the share's queries and passages (each list sorted), taken
+        once per share however many steps ask (the missing shards, a map's work, the reduce's check):
+        a share is not changed once :func:`text_shares` has built it."""
         return content_hash(
             [sorted(text_key(t).hex() for t in self.queries), sorted(text_key(t).hex() for t in self.passages)]
         )

@@ -50,7 +50,7 @@ def shard_work(plan: ShardPlan, shard: int, share: TextShare) -> dict[str, Any]:
         "version": MARKER_VERSION,
         "shard": shard,
         "shards": plan.shards,
-        "digest": share.digest(),
+        "digest": share.digest,
         "queries": share.queries,
         "passages": share.passages,
     }
@@ -120,7 +120,7 @@ def reduce_shards(prepared: PreparedAudit, plan: ShardPlan, shares: Sequence[Tex
     whatever N. A summary (``reduce.json``: shards, texts the reduce encoded — 0 when the maps
     covered every text —, seconds, peak memory) is written beside the markers, not among the
     artifacts."""
-    missing = plan.missing([share.digest() for share in shares])
+    missing = plan.missing([share.digest for share in shares])
     if missing:
         shown = ",".join(map(str, missing[:20])) + (",…" if len(missing) > 20 else "")
         raise ShardsIncomplete(
@@ -188,7 +188,7 @@ def _maps_then_reduce(
     prepared: PreparedAudit, plan: ShardPlan, shares: Sequence[TextShare], run_maps: MapRunner | None
 ) -> Audit:
     """The maps without a valid marker through ``run_maps`` (None: none run), then the reduce."""
-    if run_maps is not None and (missing := plan.missing([share.digest() for share in shares])):
+    if run_maps is not None and (missing := plan.missing([share.digest for share in shares])):
         run_maps(prepared, plan, shares, missing)
     return reduce_shards(prepared, plan, shares)
 
