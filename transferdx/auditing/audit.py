@@ -131,7 +131,7 @@ def audit_records(
     del vectors  # before the probabilities: not held beside their working set
     inputs, calibrated = suspicion_inputs(records, negatives, per_record)
     hit = other_positive(records)
-    p = Pooling(encoder, semantic, idf_corpus, seed, resamples, confidence, flags, kinds, settings)
+    p = Pooling(semantic, seed, resamples, confidence, flags, kinds, settings)
     descriptors = describe(records, loaded, encoder, semantic if encoder else None, idf_corpus, seed)
     return _pooled(loaded, negatives, per_record, inputs, calibrated, hit, extra, p, descriptors, RecordTexts(records))
 

@@ -30,7 +30,6 @@ from transferdx.diagnostics.suspicion import (
     suspect_order,
     suspicion_score,
 )
-from transferdx.embed.cache import EmbeddingCache
 from transferdx.resampling import bootstrap_rng, resample_counts
 
 
@@ -65,13 +64,11 @@ SUSPECT_TEXT_COLUMNS = ("query", "positive", "negative")
 
 @dataclass(frozen=True)
 class Pooling:
-    """The settings of the steps that pool each source (π̂ and the flags, the composite, the profile,
-    the descriptors): :func:`~transferdx.auditing.audit.audit_records`' keyword arguments after the
-    per-row values."""
+    """The settings of the steps that pool each source after the per-row values and the composites
+    (π̂ and the suspects, the judged rates, the profile and its flags, the judged evaluation): the
+    :func:`~transferdx.auditing.audit.audit_records` keyword arguments they read."""
 
-    encoder: EmbeddingCache | None = None
     semantic: SemanticSettings = SemanticSettings()
-    idf_corpus: str = "pooled"
     seed: int = 0
     resamples: int = 1000
     confidence: float = 0.95
