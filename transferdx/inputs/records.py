@@ -177,7 +177,10 @@ def order_by_grade(ids: Sequence[str], grades: dict[str, int]) -> list[str]:
 
 # Descriptor notes that count kept items worth knowing about; summed when results are merged.
 DUPLICATE_NEGATIVES_KEPT = "duplicate_negatives_kept"
-ADDITIVE_NOTES = (DUPLICATE_NEGATIVES_KEPT,)
+# negative cells of a filled row (its own negatives repeated in order, as transferdx-clean fills a
+# fixed-slot row: inputs.writing.filled_width), each read once: not duplicate_negative suspects
+FILLED_SLOTS = "filled_slots"
+ADDITIVE_NOTES = (DUPLICATE_NEGATIVES_KEPT, FILLED_SLOTS)
 
 
 @dataclass

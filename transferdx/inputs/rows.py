@@ -15,7 +15,10 @@ its descriptor uses. :meth:`RowReader.read` then applies the rules every row for
   A negative that an *earlier row of the same query* already gave is a counted exclusion (unit
   ``negative``, "duplicate negative (also row N)"): it repeats only because the file lists one row
   per (query, positive) pair, as ``mine_hard_negatives`` does for a query with several positives,
-  and no training example holds it twice.
+  and no training example holds it twice. A *filled* row — its own negatives, then the same again
+  in order to fill its slots (``a b c a b``, as ``transferdx-clean`` fills an n-tuple row that lost
+  negatives; :func:`~transferdx.inputs.writing.filled_width`) — gives each once, the filled cells
+  counted in the descriptor (``filled_slots``), not kept as ``duplicate_negative`` suspects.
 - ``qid`` = ``q`` + the first 12 hex digits of sha256(query) unless a ``qid`` column gives it
   (:func:`~transferdx.inputs.records.query_id`); passage ids are ``text_id(text)``; a negative's
   ``rank`` is its position among the record's negatives (1-based, before any slice), its
@@ -45,6 +48,7 @@ import numpy as np
 from transferdx.inputs.reading import EMPTY_RECORD, FieldProblem, RecordBuilder, slice_text, text_value
 from transferdx.inputs.records import (
     ANCHORS,
+    FILLED_SLOTS,
     MERGED_NEGATIVE,
     NO_NEGATIVE,
     POSITIVES,
@@ -59,6 +63,7 @@ from transferdx.inputs.records import (
 )
 from transferdx.inputs.tables import negative_columns, plain
 from transferdx.inputs.texts import intern_text
+from transferdx.inputs.writing import filled_width
 
 # ---------------------------------------------------------------------------------------------
 # Cells (CSV cells arrive as text)
@@ -325,7 +330,9 @@ class RowReader:
             for text, score in item.positives:
                 if text not in group.positives or group.positives[text] is None:
                     group.positives[intern_text(text)] = score
-            for text, score in item.negatives:
+            width = filled_width([text for text, _ in item.negatives])
+            builder.result.note(source, FILLED_SLOTS, len(item.negatives) - width)
+            for text, score in item.negatives[:width]:  # a filled row's own negatives, each once
                 text = intern_text(text)
                 first = group.neg_line.setdefault(text, line)
                 if first != line:  # an earlier row of this query gave it: the file's layout repeats it

@@ -71,7 +71,7 @@ class Cleaning:
     skip_lines: frozenset[int] = frozenset()
     # (source, qid) → ids of the negatives removed or relabeled (the id-list formats' writers)
     dropped: Mapping[tuple[str, str], frozenset[str]] = field(default_factory=dict)
-    fill: str = "none"  # FILLS: how a row short of negatives is completed (none: never)
+    fill: str = "repeat"  # FILLS: how a row short of negatives is completed (DEFAULT_FILL)
     keep: int | None = None  # at most this many negatives a row or record (the first accepted)
 
     def slots(self, n_columns: int) -> int:
@@ -80,10 +80,34 @@ class Cleaning:
 
 
 # How a row left with fewer negatives than its shape needs is completed, after the query's next
-# accepted negatives (always taken): ``none`` (the default: the row is dropped and listed, nothing
-# invented), ``repeat`` (the row's own repeated), ``borrow`` (also: a query left with none takes the
-# next query's kept negatives).
+# accepted negatives (always taken): ``repeat`` (the default: the row's own remaining negatives fill
+# its emptied slots, cycling through them in order — nothing another query gave, nothing invented;
+# a re-read reads each once, :func:`filled_width`), ``none`` (the row is dropped and listed),
+# ``borrow`` (as repeat, and a query left with none takes the next query's kept negatives). A row
+# of a query left with no negative is dropped and counted (change ``unwritable``; ``dropped`` under
+# ``none``) unless ``borrow`` lends it some.
 FILLS = ("none", "repeat", "borrow")
+DEFAULT_FILL = "repeat"
+
+
+def filled_width(texts: Sequence[str]) -> int:
+    """How many of a row's negative cells are its own negatives when the rest fill its slots the way
+    :func:`fill_slots` repeats (``repeat``): the first ``m`` cells distinct and every later cell
+    ``j`` the text of cell ``j mod m`` (``a b c a b``: 3). ``len(texts)`` when the row is not so
+    filled (no repeat, or a repeat out of that order: ``a b a c d`` stays 5, its repeat a
+    ``duplicate_negative``). The readers read a filled row's own negatives once (each filled cell
+    counted, ``filled_slots`` in the source's descriptor) and :func:`kept_cells` keeps a filled cell
+    with the cell it repeats, so a re-read or a second clean of a cleaned copy sees no new defect."""
+    seen: set[str] = set()
+    m = len(texts)
+    for i, t in enumerate(texts):
+        if t in seen:
+            m = i
+            break
+        seen.add(t)
+    if m == len(texts) or any(texts[j] != texts[j % m] for j in range(m, len(texts))):
+        return len(texts)
+    return m
 
 
 @dataclass(frozen=True)
@@ -172,29 +196,37 @@ def positives_first(rows: Sequence[tuple[str, str, dict[str, Any]]]) -> list[dic
 
 def kept_cells(texts: Sequence[str], kept: Sequence[Passage]) -> list[bool]:
     """Which of a row's negative cells stay: a cell stays while the cleaned record still holds its
-    text (a text repeated within the row at most as often as the record holds it)."""
+    text (a text repeated within the row at most as often as the record holds it); a filled row's
+    filled cells (:func:`filled_width`) stay with the cell each repeats."""
     allowed: dict[str, int] = {}
     for n in kept:
         allowed[n.text] = allowed.get(n.text, 0) + 1
+    m = filled_width(texts)
     used: dict[str, int] = {}
     out = []
-    for t in texts:
+    for t in texts[:m]:
         used[t] = used.get(t, 0) + 1
         out.append(used[t] <= allowed.get(t, 0))
-    return out
+    return out + [out[j % m] for j in range(m, len(texts))]
 
 
-def fill_slots(kept: Sequence[Passage], k: int, query: CleanedQuery, fill: str = "none") -> tuple[list[Passage], str]:
+def fill_slots(
+    kept: Sequence[Passage], k: int, query: CleanedQuery, fill: str = DEFAULT_FILL
+) -> tuple[list[Passage], str]:
     """``k`` negatives for a row that kept ``kept`` (in row order): the first ``k`` when it kept
     enough (``""``); otherwise the query's next accepted negatives not in the row, in record order
     (``refilled``: candidates the input gave this query, e.g. in its other rows). Still short, by
-    ``fill`` (:data:`FILLS`): ``none`` gives no slots (``dropped``: the shape cannot hold fewer, and
-    nothing is invented); ``repeat`` repeats the row's own cyclically (``repeated``); ``borrow`` also
-    lets a row of a query left with none take the borrowed ones (``borrowed``). ``unwritable``:
-    nothing to fill from."""
+    ``fill`` (:data:`FILLS`): ``repeat`` (the default) cycles through the row's own, in order, into
+    its emptied slots (``repeated``: ``a b c`` fills 5 slots as ``a b c a b``); ``none`` gives no
+    slots (``dropped``: the shape cannot hold fewer); ``borrow`` also lets a row of a query left with
+    none take the borrowed ones (``borrowed``). A query left with no negative gives no slots:
+    ``unwritable`` (nothing anywhere to fill from; ``dropped`` with ``none``)."""
     if len(kept) >= k:
         return list(kept[:k]), ""
-    slots = list(kept)
+    slots: list[Passage] = []  # the row's own, each once, in row order (a filled row's repeats go)
+    for p in kept:
+        if all(p.text != q.text for q in slots):
+            slots.append(p)
     change = "refilled"
     if not query.record.negatives:
         if fill != "borrow" or not query.borrowed:

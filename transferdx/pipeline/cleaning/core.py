@@ -14,7 +14,7 @@ import pandas as pd
 
 from transferdx.diagnostics.suspicion import ENCODER_REASONS, REASONS, RULES, normalise_text
 from transferdx.inputs.records import Passage, Record, query_id, text_id
-from transferdx.inputs.writing import BORROWED_RELATION, FILLS, CleanedQuery
+from transferdx.inputs.writing import BORROWED_RELATION, DEFAULT_FILL, FILLS, CleanedQuery
 
 # remove: take the acted-on suspects out; relabel: move those that answer the query to the positives;
 # both (ARHN's filter + relabel): relabel as ``relabel`` does, and also remove every suspect listed for review
@@ -143,7 +143,7 @@ def clean_records(
     reasons: Sequence[str] | None = None,
     action: str = "remove",
     min_probability: float | None = None,
-    fill: str = "none",
+    fill: str = DEFAULT_FILL,
 ) -> tuple[list[CleanedQuery], pd.DataFrame, pd.DataFrame]:
     """(one cleaned query per record, in input order; removed table; emptied table). ``suspicion``
     has a row per negative of every record (the audit's ``negatives`` frame or ``negatives.csv``);

@@ -6,17 +6,27 @@ file (:mod:`.result` does)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from transferdx.auditing.result import Audit
 from transferdx.inputs.records import LoadResult, Record, file_stat
-from transferdx.inputs.tables import is_saved_dataset
-from transferdx.inputs.writing import RELABEL_UNWRITTEN, CleanedQuery, Cleaning, Rewritten, rewrite, rows_dataset
+from transferdx.inputs.tables import is_saved_dataset, negative_columns
+from transferdx.inputs.writing import (
+    DEFAULT_FILL,
+    RELABEL_UNWRITTEN,
+    CleanedQuery,
+    Cleaning,
+    Rewritten,
+    filled_width,
+    rewrite,
+    rows_dataset,
+)
 from transferdx.pipeline.cleaning.core import (
     PROBABILITY_REASON,
     RELABELED_RELATION,
@@ -78,7 +88,7 @@ def copy_tables(
     queries: Sequence[CleanedQuery],
     removed: pd.DataFrame,
     data: Any,
-    fill: str = "none",
+    fill: str = DEFAULT_FILL,
     keep: int | None = None,
 ) -> tuple[list[CopyTable], str]:
     """The input's own tables, as its readers kept them (never read again), rewritten by their
@@ -118,13 +128,30 @@ def rows_frame(tables: Sequence[CopyTable]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=ROWS_COLUMNS)
 
 
+def filled_cells(tables: Sequence[CopyTable]) -> tuple[int, int]:
+    """(rows, slots) of the copy filled with their own negatives repeated in order (``clean.fill``:
+    the cells past :func:`~transferdx.inputs.writing.filled_width` of an n-tuple row), which a
+    re-read reads once (``filled_slots`` in the source's descriptor)."""
+    n_rows = n_slots = 0
+    for t in tables:
+        cols = negative_columns(t.rewritten.columns)
+        for row in t.rewritten.rows:
+            texts = [str(row[c]) for c in cols if row.get(c) is not None]
+            extra = len(texts) - filled_width(texts)
+            n_rows += extra > 0
+            n_slots += extra
+    return n_rows, n_slots
+
+
 def row_accounting(tables: Sequence[CopyTable]) -> dict[str, Any]:
     """Rows in and out: read = written + excluded on reading + dropped − added; ``lost_negatives``:
-    input rows that lost at least one negative; ``by_change``: rows per change."""
+    input rows that lost at least one negative; ``by_change``: rows per change; ``filled_rows``,
+    ``filled_slots``: :func:`filled_cells`."""
     changes = [c for t in tables for c in t.rewritten.changes]
     by_change: dict[str, int] = {}
     for c in changes:
         by_change[c.change] = by_change.get(c.change, 0) + 1
+    filled_rows, filled_slots = filled_cells(tables)
     return {
         "read": sum(t.n_rows_in for t in tables),
         "written": sum(len(t.rewritten.rows) for t in tables),
@@ -133,6 +160,8 @@ def row_accounting(tables: Sequence[CopyTable]) -> dict[str, Any]:
         "added": sum(_added(t) for t in tables),
         "lost_negatives": sum(1 for c in changes if c.line is not None and c.n_lost > 0),
         "by_change": dict(sorted(by_change.items())),
+        "filled_rows": filled_rows,
+        "filled_slots": filled_slots,
     }
 
 
@@ -255,3 +284,80 @@ def cleaned_copy(
     for name in {r.source for r in records}:
         out_loaded.describe(name, cleaned=summary)
     return out_loaded
+
+
+# ---------------------------------------------------------------------------------------------
+# What a clean will keep, before cleaning (the verdict's "cleaning keeps N of M rows")
+# ---------------------------------------------------------------------------------------------
+
+# a row of a record: its (anchor, positive) pair (any hashable: rows of one pair share it) and the
+# indices, into the record's negatives, of the negatives it holds, in row order
+RowOfRecord = tuple[Hashable, Sequence[int]]
+
+
+@dataclass(frozen=True)
+class KeptRows:
+    """How many rows and queries (records) a clean keeps of those it reads (:func:`kept_rows`)."""
+
+    rows: int
+    rows_in: int
+    queries: int
+    queries_in: int
+
+    def __str__(self) -> str:
+        return f"cleaning keeps {self.rows} of {self.rows_in} rows ({self.queries} of {self.queries_in} queries)"
+
+
+def kept_rows(
+    removed: Sequence[bool] | np.ndarray,
+    n_negatives: Sequence[int] | np.ndarray,
+    rows: Sequence[Sequence[RowOfRecord]] | None = None,
+    fill: str = DEFAULT_FILL,
+) -> KeptRows:
+    """How many rows and queries a clean that removes ``removed`` will keep, before it runs.
+
+    ``removed``: per negative, in the audit's order (its ``negatives`` frame; each record owning
+    ``n_negatives`` consecutive ones), whether the clean removes it — for the default clean, the
+    suspects it acts on (:func:`transferdx.diagnostics.suspicion.acted_on`). ``n_negatives``: per
+    record (the audit's ``records`` frame). ``rows``: per record, its rows in file order
+    (:data:`RowOfRecord`); None: one row per record holding all its negatives (an n-tuple file with
+    one row per query, as ``mine_hard_negatives`` writes for one positive; a FlagEmbedding line or a
+    records line per query). A triplet file: one row per negative, ``[(pair, [i]) for i in ...]``.
+
+    The rules are the fixed-slot writer's (:func:`~transferdx.inputs.sentence_transformers.write_slots`,
+    ``action="remove"``, no ``keep``): a row that keeps all its negatives is kept; one that keeps
+    some is filled (``repeat``, the default, and ``borrow``; with ``none`` only when the record's
+    other kept negatives fill its slots); one that keeps none is dropped when a row of its pair keeps
+    one, else filled from the record's kept negatives; a record that keeps no negative keeps no row
+    (``borrow``: unless another record keeps one). A query is kept when one of its rows is. Pure;
+    pass one source's records and negatives for that source's counts."""
+    flags = np.asarray(removed, dtype=bool)
+    counts = np.asarray(n_negatives, dtype=np.int64)
+    if len(flags) != int(counts.sum()):
+        raise ValueError(f"{len(flags)} removal decisions for {int(counts.sum())} negatives")
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]) if len(counts) else counts
+    left = [int((~flags[s : s + n]).sum()) for s, n in zip(starts, counts, strict=True)]
+    lender = any(left)
+    n_rows = n_rows_in = n_queries = 0
+    for r, (start, n) in enumerate(zip(starts, counts, strict=True)):
+        own_rows = rows[r] if rows is not None else [((), range(int(n)))]
+        gone = flags[start : start + n]
+        pairs_kept = {pair for pair, idx in own_rows if any(not gone[i] for i in idx)}
+        written = 0
+        for pair, idx in own_rows:
+            kept = [i for i in idx if not gone[i]]
+            if len(kept) == len(idx):
+                ok = True
+            elif not kept and pair in pairs_kept:
+                ok = False
+            elif left[r] == 0:
+                ok = fill == "borrow" and lender
+            else:  # refilled from the record's other kept negatives, then (not with none) repeated
+                ok = fill != "none" or left[r] >= len(idx)
+            if ok:
+                pairs_kept.add(pair)
+                written += 1
+        n_rows_in += len(own_rows)
+        n_rows += written
+        n_queries += written > 0
+    return KeptRows(n_rows, n_rows_in, n_queries, len(counts))

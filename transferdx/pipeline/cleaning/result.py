@@ -171,16 +171,25 @@ def _emptied_line(row: Any) -> str:
 
 
 def _fill_line(d: Mapping[str, Any]) -> str:
-    """The summary's line on what the copy holds: nothing invented, or the fill asked for."""
+    """The summary's line on what the copy holds: the fill used (``repeat`` by default: how many rows
+    and slots it filled), or none."""
     keep = f"the first {d['keep']} accepted negatives of each row or record; " if d.get("keep") else ""
     fill = d.get("fill", "none")
     if fill == "none":
         return (
-            f"negatives: {keep}none invented — a row left short of its shape is dropped (rows.csv); "
-            "clean.fill=repeat|borrow completes it"
+            f"negatives: {keep}clean.fill=none — a row left short of its shape is dropped (rows.csv); "
+            "the default, clean.fill=repeat, fills it with its own"
+        )
+    rows = d.get("rows") or {}
+    filled = ""
+    if "filled_slots" in rows:
+        filled = (
+            f": {rows['filled_rows']} rows filled, {rows['filled_slots']} slots (each slot holds one of its row's own "
+            "negatives again; a re-read of the copy reads each once)"
         )
     what = {
-        "repeat": "refilled from the query's other kept negatives, then repeated",
-        "borrow": "refilled, repeated, and a query left with none borrows the next query's",
+        "repeat": "a row short of its shape takes its query's next accepted negatives, then its own again in order",
+        "borrow": "as repeat, and a query left with none borrows the next query's negatives",
     }[fill]
-    return f"negatives: {keep}clean.fill={fill}: a short row is {what}"
+    default = ", the default" if fill == "repeat" else ""
+    return f"negatives: {keep}clean.fill={fill}{default} — none invented; {what}{filled}"
