@@ -13,7 +13,7 @@ TORCH_INDEX ?=
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.transferdx-installed
 
-.PHONY: setup demo test docs bench lint dl19 small-study validation-study validation-static validation-cleaning clean
+.PHONY: setup demo test docs bench lint dl19 small-study validation-study validation-static validation-cleaning clean browser
 
 setup: $(STAMP)
 
@@ -68,6 +68,14 @@ test: setup
 DOCS_DIR ?= $(or $(TMPDIR),/tmp)/transferdx-site
 docs: setup
 	$(VENV)/bin/mkdocs build --strict --site-dir $(DOCS_DIR)
+
+# Chromium for tests/test_report_html.py (it opens report.html headless; without a browser it skips):
+# installed with apt-get only when missing, quietly; a failed install warns and goes on.
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo "sudo -n"); \
+	  { $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q chromium >/dev/null; } \
+	  || echo "warning: chromium not installed: tests/test_report_html.py skips its browser checks" >&2; }
 
 bench: setup
 	$(PY) benchmarks/bench_psi.py

@@ -54,7 +54,10 @@ def test_demo_audit(tmp_path):
     assert psi["bm25"] < psi["random_passages"] and psi["bm25"] < psi["handwritten"]
     assert float(rows["bm25"]["psi_ci_high"]) < float(rows["random_passages"]["psi_ci_low"])
     assert all(int(r["n_records"]) == 64 for r in rows.values())
-    assert "bm25" in proc.stdout and "psi_mean" in proc.stdout
+    # the decision first: one line per genuine source, then the report's path
+    first = proc.stdout.splitlines()
+    assert first[0].startswith("- bm25 (64 records) — bottom line: ") and first[1].startswith("- handwritten (")
+    assert first[2] == "" and first[3] == f"report: {(out / 'report.md').resolve()}"
     assert (out / "psi.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -215,4 +218,4 @@ def test_dl19_pool_builds_and_audits_with_false_negatives(tmp_path, data):
     assert float(rows["own_positive_mix"]["false_negative_rate"]) > float(rows["bm25"]["false_negative_rate"])
     report = (out / "report.md").read_text()
     assert "## Measured false negatives" in report and "## Control catch-rate" in report
-    assert "controls flagged:" in proc.stdout
+    assert "controls (known defects) flagged:" in proc.stdout

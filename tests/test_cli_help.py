@@ -204,3 +204,41 @@ def test_command_line_mistakes_suggest_the_fix(tmp_path, overrides, expected):
 def test_console_script_help_is_the_help_text():
     proc = run_cli("audit", "--help")
     assert proc.stdout == cli_help.help_text("audit") + "\n" and not proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "fixes"),
+    [
+        (["--output_dir", "x"], ["output_dir=x"]),
+        (["input=a.jsonl", "--output-dir=out", "--diagnostics", "lexical"], ["output_dir=out", "diagnostics=lexical"]),
+        (["--on_error", "--output_dir", "my out"], ["on_error=...", "'output_dir=my out'"]),
+        (["--multirun", "--config-name", "audit", "-m", "--cfg", "job", "--info", "defaults", "--multi", "a=b"], []),
+        (["--hydra-help", "-cn", "audit", "--config-dir=conf", "--resolve", "--", "x=1"], []),
+    ],
+)
+def test_settings_typed_as_flags_are_named_as_settings(argv, fixes):
+    """Issue 56 (6): ``--name value`` (or ``--name=value``) is a setting typed as a flag: each is
+    written back as ``name=value``; Hydra's own flags (shortened as argparse takes them) are not."""
+    assert cli_help.dashed_settings(argv) == fixes
+    hint = cli_help.dashed_settings_hint("audit", argv)
+    assert (hint is None) == (not fixes)
+    if fixes:
+        assert hint == f"transferdx-audit: write settings as name=value, not --name value: {' '.join(fixes)}"
+
+
+def test_a_flag_for_a_setting_is_one_line_before_hydra():
+    """``transferdx-audit --output_dir x`` says how to write it, in one line, exit 2, without
+    argparse's usage and without starting Hydra."""
+    code = (
+        "import sys; sys.argv = ['transferdx-audit', '--output_dir', 'x']\n"
+        "from transferdx.cli import audit_main\n"
+        "try:\n"
+        "    audit_main()\n"
+        "except SystemExit as exc:\n"
+        "    print('status', exc.code, 'hydra' in sys.modules)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert proc.stdout.strip() == "status 2 False", proc.stdout + proc.stderr
+    assert proc.stderr.splitlines() == [
+        "transferdx: error: transferdx-audit: write settings as name=value, not --name value: output_dir=x"
+    ]

@@ -26,6 +26,8 @@ from transferdx.diagnostics.tokens import alnum
 from transferdx.inputs.records import LoadResult, Passage, Record
 from transferdx.resampling import bootstrap_rng
 
+from .verdicts import block
+
 REASON = "of negatives are another query's positive"
 
 
@@ -175,8 +177,9 @@ def test_verdict_re_mines_a_source_assembled_from_the_files_positives(tmp_path):
     assert row["absolute_flags"] == "copies_other_positive"
     verdict = result.verdict()
     line = next(x for x in verdict.splitlines() if x.startswith("- **assembled**"))
-    assert "bottom line: re-mine." in line
-    assert f"0.667 > 0.5 {REASON}" in line and "mine_hard_negatives" in line and "corpus" in line
+    assert "bottom line: re-mine." in line and f"0.667 > 0.5 {REASON}" in line
+    act = block(verdict, "assembled")[0]
+    assert act.startswith("re-mine from the corpus") and "mine_hard_negatives" in act
     result.save(tmp_path)
     assert "| other_positive |" in (tmp_path / "report.md").read_text(encoding="utf-8")
     header = (tmp_path / "negatives.csv").read_text(encoding="utf-8").splitlines()[0].split(",")
@@ -191,10 +194,11 @@ def test_verdict_from_a_profile_row_and_its_place_among_the_re_mine_advice():
         {"mode": "envelope"},
     )
     action, said = bottom_line(row, Context(SourceFacts(n_negatives=320), "envelope", {}))
-    assert action == "re-mine" and len(said) == 1
-    assert f"(0.900 > 0.5 {REASON})" in said[0] and "Re-mine from the corpus" in said[0]
+    assert action == "re-mine" and len(said) == 3
+    assert said[0] == f"0.900 > 0.5 {REASON}" and said[1].startswith("re-mine from the corpus")
     lines = verdict_lines([row], {}, {})
     assert any(x.startswith("- **s** (40 records) — **bottom line: re-mine.**") and REASON in x for x in lines)
     (both,) = apply_flags([{**row, "band_inverted": 0.8}], {"mode": "envelope"})
     action, said = bottom_line(both, Context(SourceFacts(n_negatives=320), "envelope", {}))
-    assert action == "re-mine" and said[0].startswith("Most negatives outscore") and REASON in said[1]
+    assert action == "re-mine" and said[0].startswith("0.800 > 0.5 of negatives score at least as high")
+    assert REASON in "\n".join(said[1:])

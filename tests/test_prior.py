@@ -109,7 +109,7 @@ def test_the_audit_estimates_each_sources_share_but_moves_nothing_to_it():
         assert np.isnan(est["fn_prior"]) and np.isnan(est["fn_prior_ci_low"]) and np.isnan(est["fn_prior_ci_high"])
         assert est["fn_prior_boundary"] == side and prior_unidentified(est)
         said = prior_sentence(est)
-        assert "not estimated" in said and f"falls on {side:.0f})" in said and "0.000" not in said
+        assert "not estimated" in said and f"estimate on {side:.0f}," in said and "0.000" not in said
     for est in (low, high, easy):
         said = prior_sentence(est)
-        assert "not estimated" in said and "fit no mix" not in said and f"{est['fn_prior']:.3f}" not in said
+        assert "not estimated" in said and "fits no mix" not in said and f"{est['fn_prior']:.3f}" not in said

@@ -52,7 +52,10 @@ def test_two_runs_same_second_get_distinct_folders(tmp_path):
     folders = sorted((tmp_path / "audit").iterdir())
     assert len(folders) == 2, folders
     printed = sorted(
-        line.split("artifacts: ", 1)[1] for out, _ in outs for line in out.splitlines() if "artifacts: " in line
+        str(Path(line.split("report: ", 1)[1]).parent)
+        for out, _ in outs
+        for line in out.splitlines()
+        if line.startswith("report: ")
     )
     assert printed == [str(f.resolve()) for f in folders]
     for folder in folders:

@@ -357,6 +357,37 @@ def test_unrecognised_shape_is_one_error_naming_file_and_columns(tmp_path):
 
 
 @pytest.mark.parametrize(
+    ("rows", "missing", "expected", "found"),
+    [
+        ([{"query": "q", "negative": "n"}], "positive", "positive, pos, answer", "query, negative"),
+        ([{"positive": "p", "negative": "n"}], "query", "anchor, query, question", "positive, negative"),
+        ([{"query": "q", "neg": ["n"]}], "positive", "pos", "query, neg"),
+        ([{"anchor": "q", "negative_1": "n", "negative_2": "m"}], "positive", "positive, pos", "anchor, negative_1"),
+    ],
+)
+@pytest.mark.parametrize("form", ["jsonl", "parquet"])
+def test_a_missing_column_is_named_in_one_short_line(tmp_path, monkeypatch, rows, missing, expected, found, form):
+    """Issue 56 (6): a table of hard negatives without its positive (or query) column is one line of
+    at most 200 characters naming the file, the column missing, what was expected and what was found
+    (not the ~1,000-character list of every shape), in the library and as the command line says it."""
+    from transferdx.runs import user_error
+
+    monkeypatch.chdir(tmp_path)  # the file as a user names it
+    path = Path(f"mined.{form}")
+    if form == "jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    else:
+        pd.DataFrame(rows).to_parquet(path)
+    with pytest.raises(InputError) as info:
+        tdx.load(path)
+    for message in (str(info.value), user_error(info.value)):
+        assert message is not None and "\n" not in message and len(message) <= 200, message
+        assert message.startswith(f"{path}: ") and f"no {missing} column: expected" in message, message
+        assert f"expected {'one of ' if ',' in expected else ''}{expected}" in message, message
+        assert f"found {found}" in message and "recognised shapes" not in message, message
+
+
+@pytest.mark.parametrize(
     ("name", "rows", "message"),
     [
         (

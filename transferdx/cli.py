@@ -36,21 +36,10 @@ def run_audit(cfg: DictConfig) -> Path:
     if isinstance(result := run_stage(prepared, shard_settings(cfg)), dict):  # one map task: its marker
         return print(shard_line(result)) or out
     result.save(out)
-    print(result.result.summary())  # the profile; the exclusions are in the line after the flags
-    catch, flags = result.catch_rate, result.flags
-    if catch.get("n_controls"):
-        genuine = catch["genuine_flagged"] or "none"
-        print(f"controls flagged: {catch['n_controls_flagged']}/{catch['n_controls']}; genuine flagged: {genuine}")
-    for row in flags.itertuples():
-        print(f"flag {row.source}: {row.flag_reasons}")
+    print(result.screen(out / "report.md"))  # the decision first, then the report's path, then the evidence
     excluded = exclusions_phrase(result.result.exclusions, result.result.profile.n_excluded_unattributed)
-    print(
-        f"\n{len(result.records)} records from {len(result.profile)} sources; {excluded} (see exclusions.csv);", end=""
-    )
-    print(f" {len(flags)} flagged; {time.perf_counter() - started:.1f}s")
-    print(f"artifacts: {out.resolve()}\n")
-    print(f"{result.legend()}\n")  # what each direction means, before the verdict: the verdict ends the output
-    print(result.verdict(written=True, legend=False))
+    n_sources, seconds = len(result.profile), time.perf_counter() - started
+    print(f"\n{len(result.records)} records from {n_sources} sources; {excluded} (exclusions.csv); {seconds:.1f} s")
     return out
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -49,7 +50,12 @@ def help_text(config_name: str) -> str:
     app = str(block.get("app_name") or f"transferdx-{config_name}")
     template = str(block.get("template") or f"{app}: see README.md")
     groups = "\n".join(f"  {g}: {', '.join(preset_names(g))}" for g in _groups(config_name))
-    return template.replace("${hydra.help.app_name}", app).replace("$APP_CONFIG_GROUPS", groups)
+    text = template.replace("${hydra.help.app_name}", app).replace("$APP_CONFIG_GROUPS", groups)
+    if config_name == "audit":  # what each diagnostic means, which way: here and in report.md, not on every run
+        from transferdx.auditing.legend import DIRECTIONS, legend_lines
+
+        text = text.rstrip("\n") + "\n" + "\n".join(legend_lines([dict.fromkeys(DIRECTIONS, 0.0)])).rstrip("\n")
+    return text
 
 
 # ---------------------------------------------------------------------------------------------
@@ -151,6 +157,51 @@ def command_line_hint(config_name: str, exc: BaseException, argv: Sequence[str])
 
 
 # ---------------------------------------------------------------------------------------------
+# --name value: a setting typed as a flag
+# ---------------------------------------------------------------------------------------------
+
+# Hydra's own flags (hydra._internal.utils.get_args_parser); argparse also takes a long one shortened
+HYDRA_FLAGS = frozenset(
+    {
+        *("--help", "--hydra-help", "--version", "--cfg", "--resolve", "--package", "--run", "--multirun"),
+        *("--shell-completion", "--config-path", "--config-name", "--config-dir", "--experimental-rerun", "--info"),
+        *("-h", "-c", "-p", "-r", "-m", "-sc", "-cp", "-cn", "-cd", "-i"),
+    }
+)
+
+
+def _is_hydra_flag(token: str) -> bool:
+    flag = token.split("=", 1)[0]
+    return flag in HYDRA_FLAGS or any(f.startswith(flag) for f in HYDRA_FLAGS if f.startswith("--"))
+
+
+def dashed_settings(argv: Sequence[str]) -> list[str]:
+    """``name=value`` for each setting typed as a flag, ``--name value`` or ``--name=value`` (a
+    dash in the name read as ``_``, as the settings are named; ``name=...`` when no value follows),
+    in order; Hydra's own flags (``--multirun``, ``--config-name x``, …) are not settings."""
+    fixes, i = [], 0
+    while i < len(argv):
+        token = argv[i]
+        if token.startswith("--") and len(token) > 2 and not _is_hydra_flag(token):
+            name, equals, value = token[2:].partition("=")
+            following = argv[i + 1] if i + 1 < len(argv) else None
+            if not equals and following is not None and not following.startswith("-") and "=" not in following:
+                value, i = following, i + 1
+            key = name.replace("-", "_")
+            fixes.append(shlex.quote(f"{key}={value}") if value else f"{key}=...")
+        i += 1
+    return fixes
+
+
+def dashed_settings_hint(config_name: str, argv: Sequence[str]) -> str | None:
+    """The one-line error for settings typed as flags (:func:`dashed_settings`), or None."""
+    fixes = dashed_settings(argv)
+    if not fixes:
+        return None
+    return f"transferdx-{config_name}: write settings as name=value, not --name value: {' '.join(fixes)}"
+
+
+# ---------------------------------------------------------------------------------------------
 # Entry points
 # ---------------------------------------------------------------------------------------------
 
@@ -189,6 +240,9 @@ def entry(
         if HELP_FLAGS & set(argv):
             print(help_text(config_name))
             return
+        if (hint := dashed_settings_hint(config_name, argv)) is not None:  # before argparse's usage
+            print(f"transferdx: error: {hint}", file=sys.stderr)
+            sys.exit(2)
         import hydra
 
         from transferdx.runs import Interrupted, catch_signals, fail, interrupted, quiet_libraries, user_error

@@ -208,6 +208,43 @@ def data_options(cfg: DictConfig) -> tuple[str, dict[str, Any]]:
     return fmt, options
 
 
+# the options of the data presets that name a file or folder (made absolute in :func:`read_with`)
+DATA_PATH_OPTIONS = frozenset({"path", "root", "collection", "queries", "qrels", "topics"})
+
+
+def read_with(cfg: DictConfig) -> dict[str, Any]:
+    """The command-line settings a later command (the ``transferdx-clean`` the audit prints) needs to
+    read the same input as this run, so that it runs as printed from any folder: ``input`` as an
+    absolute path; else ``data`` (the preset's name) with each ``data.*`` value the command line
+    changed, and each path the preset gives relative to the working folder, absolute; ``diagnostics:
+    lexical`` for a run without the encoder. ``on_error`` is an audit setting of its own."""
+    from transferdx.presets import read_preset
+
+    out: dict[str, Any] = {}
+    if path := input_path(cfg):
+        out["input"] = str(Path(path).resolve())
+    else:
+        data_options(cfg)  # a value the preset leaves to the command line is named there first
+        name = str(cfg.data.get("name"))
+        try:
+            preset = read_preset("data", name)
+        except ValueError:
+            preset = {}
+        raw, values = OmegaConf.to_container(cfg.data, resolve=False), plain_config(cfg.data)
+        assert isinstance(raw, dict)
+        out["data"] = name
+        for key, value in values.items():
+            if key == "name":
+                continue
+            is_path = key in DATA_PATH_OPTIONS and isinstance(value, str) and value != ""
+            relative = is_path and not Path(value).is_absolute()
+            if raw.get(key) != preset.get(key, object()) or relative:
+                out[f"data.{key}"] = str(Path(value).resolve()) if relative else value
+    if not cfg.diagnostics.semantic:
+        out["diagnostics"] = "lexical"
+    return out
+
+
 def controls(cfg: DictConfig) -> list[str]:
     """``controls``: ``all``, ``none`` or a list of names."""
     from transferdx.sources.controls import CONTROLS
@@ -372,6 +409,7 @@ def audit_options(cfg: DictConfig) -> AuditOptions:
         seed=int(cfg.seed),
         on_error=str(cfg.on_error),
         label=input_path(cfg) or str(cfg.data.name),
+        command=read_with(cfg),
     )
 
 
@@ -392,7 +430,7 @@ def clean_call(cfg: DictConfig) -> dict[str, Any]:
         "reasons": reasons,
         "action": str(cfg.clean.action),
         "min_probability": _min_probability(cfg.clean.get("min_probability")),
-        "fill": str(cfg.clean.get("fill", "none")),
+        "fill": str(cfg.clean.get("fill", "repeat")),
         "keep": None if cfg.clean.get("keep") is None else int(cfg.clean.keep),
         "out": Path(cfg.output_dir),
         "options": options,
@@ -463,8 +501,11 @@ def prepared_audit(cfg: DictConfig, options: AuditOptions, out: Path) -> Prepare
     loaded, sampled, with its controls; an input with nothing to audit is an error, its exclusions
     written to ``out`` first."""
     from transferdx import pipeline as p
+    from transferdx.inputs.registry import as_cleaned_copy, cleaned_copy_facts
 
     loaded = p.load_inputs(input_settings(cfg), encoder := build_encoder(cfg))
+    if (cleaned := cleaned_copy_facts(input_path(cfg))) is not None:  # a transferdx-clean copy, audited again
+        loaded = as_cleaned_copy(loaded, cleaned)
     p.require_records(loaded, options.label, out)
     kept = encoder if options.semantic else None
     return p.prepare_audit(loaded, options, encoder=kept, controls=self_controls(cfg))

@@ -1,7 +1,9 @@
 """How results read in a notebook: a short ``repr`` (a few lines) and a Markdown display
 (``_repr_markdown_``) for :class:`~transferdx.Audit` (the verdict first, then a compact profile),
 :class:`~transferdx.LoadResult` (what was read, per source) and :class:`~transferdx.CleanResult`
-(what cleaning did). The classes hold thin methods that call these functions.
+(what cleaning did). The classes hold thin methods that call these functions. :func:`markdown_html`
+renders the Markdown these displays and report.md use as HTML (an audit's ``_repr_html_``, report.html),
+every text escaped.
 
 Pure: plain values and frames in, text out. A leaf utility: it imports no other transferdx module,
 so every room (``inputs/`` included) may use it. Bounded by construction: a table shows at most
@@ -12,7 +14,9 @@ of it stays in ``.verdict()``).
 
 from __future__ import annotations
 
+import html
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -230,3 +234,138 @@ def clean_markdown(summary: str, removed: Any, columns: Sequence[str] = ()) -> s
         picked = {c: c for c in (columns or removed.columns)}
         parts += ["", "Removed or relabeled negatives (all in `.removed`):", "", frame_markdown(removed, picked, 10)]
     return "\n".join(parts) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# HTML: the Markdown above (and report.md's) rendered; the notebook display and report.html share it
+# ---------------------------------------------------------------------------------------------
+
+HTML_CLASS = "transferdx-report"  # the wrapper every rule of HTML_STYLE is scoped to
+HTML_STYLE = (
+    "<style>"
+    f".{HTML_CLASS}{{font:14px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;color:#1f2328;"
+    "max-width:1400px}"
+    f".{HTML_CLASS} h1{{font-size:1.6em;margin:.4em 0}}"
+    f".{HTML_CLASS} h2{{font-size:1.3em;border-bottom:1px solid #d0d7de;padding-bottom:.2em;margin-top:1.6em}}"
+    f".{HTML_CLASS} h3{{font-size:1.1em;margin-top:1.2em}}"
+    f".{HTML_CLASS} li{{margin:.35em 0}}"
+    f".{HTML_CLASS} code{{font:12px/1.4 ui-monospace,SFMono-Regular,Menlo,monospace;background:#f6f8fa;"
+    "padding:0 .2em;border-radius:3px}"
+    f".{HTML_CLASS} pre{{background:#f6f8fa;padding:.6em;overflow:auto;max-height:24em}}"
+    f".{HTML_CLASS} pre code{{padding:0}}"
+    f".{HTML_CLASS} table{{border-collapse:collapse;margin:.6em 0;font-size:13px;display:block;max-width:100%;"
+    "overflow-x:auto}"
+    f".{HTML_CLASS} th,.{HTML_CLASS} td{{border:1px solid #d0d7de;padding:.2em .5em;text-align:left;"
+    "vertical-align:top;white-space:nowrap}"
+    f".{HTML_CLASS} th{{background:#f6f8fa}}"
+    f".{HTML_CLASS} img{{max-width:100%;height:auto}}"
+    "</style>"
+)
+_HEADING = re.compile(r"(#{1,6}) +(.*)")
+_IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)\s]+)\)")
+_BOLD = re.compile(r"\*\*(.+?)\*\*")
+_CODE = re.compile(r"`([^`]*)`")
+_CELL_SPLIT = re.compile(r"(?<!\\)\|")
+_RULE = re.compile(r"\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?")
+
+
+def inline_html(text: str) -> str:
+    """One line of Markdown as HTML: `` `code` `` and ``**bold**``; everything else escaped as text
+    (a user's text stays data, whatever it holds)."""
+    codes: list[str] = []
+
+    def hold(m: re.Match[str]) -> str:
+        codes.append(f"<code>{html.escape(m[1])}</code>")
+        return f"\x00{len(codes) - 1}\x00"
+
+    held = _CODE.sub(hold, text.replace("\x00", ""))
+    out = _BOLD.sub(r"<strong>\1</strong>", html.escape(held))
+    return re.sub("\x00(\\d+)\x00", lambda m: codes[int(m[1])], out)
+
+
+def _cells(line: str) -> list[str]:
+    parts = _CELL_SPLIT.split(line.strip())
+    parts = parts[1:] if parts and not parts[0].strip() else parts
+    parts = parts[:-1] if parts and not parts[-1].strip() else parts
+    return [inline_html(p.strip().replace("\\|", "|")) for p in parts]
+
+
+def _table_html(lines: Sequence[str]) -> str:
+    head, body = (lines[0], lines[2:]) if len(lines) > 1 and _RULE.fullmatch(lines[1].strip()) else (None, lines)
+    out = ["<table>"]
+    if head is not None:
+        out.append("<thead><tr>" + "".join(f"<th>{c}</th>" for c in _cells(head)) + "</tr></thead>")
+    out.append("<tbody>")
+    out += ["<tr>" + "".join(f"<td>{c}</td>" for c in _cells(row)) + "</tr>" for row in body]
+    return "\n".join([*out, "</tbody></table>"])
+
+
+def _starts_block(line: str) -> bool:
+    return bool(line.startswith(("```", "|", "- ")) or _HEADING.fullmatch(line) or _IMAGE.fullmatch(line.strip()))
+
+
+def markdown_html(text: str, images: Mapping[str, str] | None = None) -> str:
+    """The Markdown subset of the displays and report.md as HTML: ``#`` headings, paragraphs, ``- ``
+    lists (a line indented under an item is a line of it), pipe tables, fenced code, an image alone
+    on its line, and inline `` `code` `` and ``**bold**``. Every text is escaped. An image is shown
+    only from ``images`` (its file name → a ``data:`` URI), so the HTML never points outside itself;
+    any other image shows as its caption."""
+    lines = text.split("\n")
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if not line.strip():
+            i += 1
+        elif line.startswith("```"):
+            j = i + 1
+            while j < len(lines) and not lines[j].startswith("```"):
+                j += 1
+            code = "\n".join(lines[i + 1 : j])
+            out.append(f"<pre><code>{html.escape(code)}</code></pre>")
+            i = j + 1
+        elif m := _HEADING.fullmatch(line):
+            level = len(m[1])
+            out.append(f"<h{level}>{inline_html(m[2].strip())}</h{level}>")
+            i += 1
+        elif m := _IMAGE.fullmatch(line.strip()):
+            uri = (images or {}).get(m[2])
+            caption = html.escape(m[1])
+            if uri is not None and uri.startswith("data:"):
+                out.append(f'<figure><img alt="{caption}" src="{html.escape(uri)}"></figure>')
+            else:
+                out.append(f"<p><em>[plot: {caption} ({html.escape(m[2])})]</em></p>")
+            i += 1
+        elif line.startswith("|"):
+            j = i
+            while j < len(lines) and lines[j].startswith("|"):
+                j += 1
+            out.append(_table_html(lines[i:j]))
+            i = j
+        elif line.startswith("- "):
+            items: list[list[str]] = []
+            while i < len(lines) and (
+                lines[i].startswith("- ") or (lines[i].startswith("  ") and lines[i].strip() and items)
+            ):
+                if lines[i].startswith("- "):
+                    items.append([lines[i][2:]])
+                else:
+                    items[-1].append(lines[i].strip())
+                i += 1
+            out.append(
+                "<ul>\n" + "\n".join("<li>" + "<br>".join(map(inline_html, it)) + "</li>" for it in items) + "\n</ul>"
+            )
+        else:
+            j = i + 1
+            while j < len(lines) and lines[j].strip() and not _starts_block(lines[j]):
+                j += 1
+            out.append("<p>" + inline_html(" ".join(ln.strip() for ln in lines[i:j])) + "</p>")
+            i = j
+    return "\n".join(out)
+
+
+def audit_html(verdict: str, profile: Any, n_suspects: int, n_control_suspects: int, n_exclusions: int) -> str:
+    """:func:`audit_markdown` as HTML (:func:`markdown_html`), in the style report.html uses: what
+    a notebook shows of an audit."""
+    body = markdown_html(audit_markdown(verdict, profile, n_suspects, n_control_suspects, n_exclusions))
+    return f'<div class="{HTML_CLASS}">{HTML_STYLE}\n{body}\n</div>\n'

@@ -1,24 +1,25 @@
 """The facts the verdict states, each with where it was counted or measured: per source, what the
 audit counted (:class:`SourceFacts`, from the audit's one suspects table); what the package
 measured elsewhere (``evidence.json``, written by experiments/ship_evidence.py: ψ's and cleaning's
-effect on training, the rules' precision on deep judgments, files mined the way users mine); and
-what each diagnostic means, which way (:data:`DIRECTIONS`, :func:`legend_lines`)."""
+effect on training, the rules' precision on deep judgments, files mined the way users mine), in
+short lines the verdict states once per run. What each diagnostic means is in
+:mod:`transferdx.auditing.legend`."""
 
 from __future__ import annotations
 
-import functools
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
+from transferdx.auditing.legend import evidence, interval, signed
 from transferdx.diagnostics.fn_combined import cleaning_cut
 from transferdx.diagnostics.suspicion import (
     ACT_REASONS,
+    HIGH_PRECISION_REASONS,
+    MIN_PROBABILITY,
     PROBABILITY_REASON,
     SUSPECT_REASONS,
     MarginMining,
@@ -29,43 +30,19 @@ if TYPE_CHECKING:
     from transferdx.auditing.audit import AuditResult
 
 
-EVIDENCE = Path(__file__).with_name("evidence.json")  # written by experiments/ship_evidence.py
-
-
-@functools.cache
-def evidence() -> dict[str, Any]:
-    """What the package's own validation found, from the committed results (``evidence.json``)."""
-    import json
-
-    return dict(json.loads(EVIDENCE.read_text(encoding="utf-8")))
-
-
-def _signed(value: float) -> str:
-    return f"{value:+.2f}"
-
-
-def _interval(bounds: Sequence[float] | None) -> str:
-    return f" [{bounds[0]:.2f}, {bounds[1]:.2f}]" if bounds else ""
-
-
-def psi_evidence() -> str:
-    """ψ's rank agreement with transfer in the package's own validation, in words, from
-    :func:`evidence`: over all trained sources and among the genuine ones."""
-    e = evidence()["psi_rank_agreement"]
-    return (
-        f"the package's own validation ({e['backbone']}, {e['n_sources']} sources trained on {e['trained_on']})"
-        f" found ψ's rank agreement with transfer {_signed(e['spearman_all'])}{_interval(e['interval_all'])}"
-        f" over all sources, {e['why']}, and {_signed(e['spearman_genuine'])}{_interval(e['interval_genuine'])}"
-        f" among its {e['n_genuine']} genuine sources"
-    )
-
-
 def _effect(arm: Mapping[str, Any]) -> str:
     """``+0.004 [−0.010, +0.018], not told apart from no change`` (or a gain / a loss when the
     interval excludes 0)."""
     low, high = arm["interval"]
     word = "a gain" if low > 0 else "a loss" if high < 0 else "not told apart from no change"
     return f"{arm['vs_raw']:+.3f} [{low:+.3f}, {high:+.3f}], {word}"
+
+
+def _change(arm: Mapping[str, Any]) -> str:
+    """``+0.004 [−0.010, +0.018]``, with ``(a gain)`` / ``(a loss)`` when the interval excludes 0."""
+    low, high = arm["interval"]
+    word = " (a gain)" if low > 0 else " (a loss)" if high < 0 else ""
+    return f"{arm['vs_raw']:+.3f} [{low:+.3f}, {high:+.3f}]{word}"
 
 
 def cleaning_evidence() -> str:
@@ -114,6 +91,11 @@ class SourceFacts:
     cleaned: Mapping[str, Any] | None = None
     review_expected: float | None = None  # mean fn_probability of the suspects left for review
     mean_probability: float | None = None  # mean fn_probability of all its negatives (None: not scored)
+    expected_suspects: float | None = None  # Σ fn_probability over its suspects: how many are expected false
+    expected_review: float | None = None  # Σ fn_probability over the suspects default cleaning leaves in place
+    queries: int = 0  # its records (queries)
+    queries_kept: int = 0  # those that keep a negative after default cleaning: the queries the clean keeps
+    rows_read: int | None = None  # the input's rows read into its records (None: not recorded)
 
     @property
     def n_review(self) -> int:
@@ -147,6 +129,21 @@ def _mean(values: np.ndarray) -> float | None:
     return float(values.mean()) if len(values) and not np.isnan(values).any() else None
 
 
+def _removed(negatives: pd.DataFrame, prob: np.ndarray) -> np.ndarray:
+    """Per negative, whether default cleaning removes it (a reason of
+    :data:`~transferdx.diagnostics.suspicion.ACT_REASONS`; an unscored one is not removed for it)."""
+    out = np.nan_to_num(prob, nan=-1.0) >= MIN_PROBABILITY
+    for reason in HIGH_PRECISION_REASONS:
+        if (column := f"fn_{reason}") in negatives:
+            out |= negatives[column].fillna(False).to_numpy(dtype=bool)
+    return out
+
+
+def _sum(values: np.ndarray) -> float | None:
+    """Σ of ``values`` (0 for none), None where one is not scored."""
+    return None if np.isnan(values).any() else float(values.sum())
+
+
 def source_facts(
     suspects: pd.DataFrame,
     negatives: pd.DataFrame,
@@ -170,6 +167,9 @@ def source_facts(
         else np.full(len(negatives), np.nan)
     )
     held = _held(suspects)
+    removed = _removed(negatives, prob)
+    left = np.bincount(owner[~removed], minlength=len(records)) if len(owner) else np.zeros(len(records), dtype=int)
+    rec_source = records["source"].to_numpy()
     s_qn = negatives["s_qn"].to_numpy(dtype=np.float64) if scored else None
     near, aware = _unchecked(negatives, "near_duplicate_positive"), _unchecked(negatives, "positive_aware")
     sus_source = suspects["source"].to_numpy() if "source" in suspects else np.asarray([], dtype=object)
@@ -191,7 +191,10 @@ def source_facts(
         if s_qn is not None and len(rows):
             s_qp = records["s_qp"].to_numpy(dtype=np.float64)[owner[rows]]
             margin = margin_mining(s_qp, s_qn[rows], alpha)
-        cleaned = (descriptors or {}).get(name, {}).get("cleaned")
+        described = (descriptors or {}).get(name, {})
+        cleaned = described.get("cleaned")
+        read = (described.get("rows") or {}).get("read")
+        mine_records = rec_source == name
         out[str(name)] = SourceFacts(
             n_negatives=len(rows),
             n_suspects=len(mine),
@@ -204,6 +207,11 @@ def source_facts(
             cleaned=cleaned if isinstance(cleaned, Mapping) else None,
             review_expected=_mean(p[~act]),
             mean_probability=_mean(prob[rows]) if scored else None,
+            expected_suspects=_sum(p),
+            expected_review=_sum(p[~act]),
+            queries=int(mine_records.sum()),
+            queries_kept=int((left[mine_records] > 0).sum()),
+            rows_read=int(read) if isinstance(read, int) else None,
         )
     return out
 
@@ -236,6 +244,66 @@ def precision_text(rule: str, full: bool = False) -> str:
     return f"precision {' and '.join(parts)} deep judgments{encoder}"
 
 
+def precision_lines(rule: str, label: str) -> list[str]:
+    """One line per year of a rule's measured precision on deep judgments (:func:`evidence`), each
+    with its base rate, size and encoder: what the verdict states once per run."""
+    e = evidence()["rule_precision"]
+    out = []
+    for year, m in e["rules"].get(rule, {}).items():
+        if m is None:
+            continue
+        y = e["years"][year]
+        out.append(
+            f"{label}: precision {m['precision']:.3f} [{m['interval'][0]:.3f}, {m['interval'][1]:.3f}] on {y['name']}"
+            f" deep judgments (base rate {y['base_rate']:.3f}; {y['n_negatives']:,} negatives of {y['n_queries']}"
+            f" queries; {e['encoder']})"
+        )
+    return out or [f"{label}: not measured on deep judgments (no instance in TREC-DL19 or DL21)"]
+
+
+def calibration_lines() -> list[str]:
+    """Where ``fn_probability`` was calibrated and how it held on files mined the way users mine."""
+    m = mined()
+    return [
+        f"fn_probability is calibrated at TREC-DL's share of false negatives, not moved to your file: ECE"
+        f" {span_text(m['ece'])} on {m['n_files']} files mined the way users mine ({m['where']})",
+        f"on those files the share of false negatives was {span_text(m['share'])} by regime; the audit's estimate"
+        f" of it covered it on {m['em_covered']} of {m['em_estimated']} files and fell on 0 or 1 on {m['em_boundary']}",
+    ]
+
+
+def cleaning_lines() -> list[str]:
+    """What following the default cleaning did to trained retrievers (:func:`cleaning_evidence`), one
+    line per miner."""
+    e = evidence()["cleaning"]
+    first = next(iter(e["runs"].values()))
+    out = [
+        "default cleaning's effect on trained retrievers, measured (TREC-DL19 + DL21 files,"
+        f" {e['k']} negatives per miner, {e['backbone']}, {e['seeds']} seeds, nDCG@10 on {first['n_queries']}"
+        " held-out queries):"
+    ]
+    for r in e["runs"].values():
+        arms = r["arms"]
+        out.append(
+            f"{r['label']} files: default clean {_change(arms['tdx_default'])}; all judged false negatives removed"
+            f" {_change(arms['oracle'])}; detectable ±{arms['tdx_default']['mdd']:.3f}"
+            + ("; unmeasured (no gain over untrained)" if r["raw_vs_frozen_interval"][0] <= 0 else "")
+        )
+    return out
+
+
+def psi_lines() -> list[str]:
+    """ψ's rank agreement with transfer in the package's own validation, in short lines."""
+    e = evidence()["psi_rank_agreement"]
+    return [
+        f"ψ's rank agreement with transfer in the package's validation ({e['backbone']}, {e['n_sources']} sources"
+        f" trained on {e['trained_on']}): {signed(e['spearman_all'])}{interval(e['interval_all'])} over all sources",
+        f"that agreement is {e['why']}; among its {e['n_genuine']} genuine sources"
+        f" {signed(e['spearman_genuine'])}{interval(e['interval_genuine'])}: so ψ's order describes, not"
+        " predicts",
+    ]
+
+
 def cut_precision_text() -> str:
     """The cleaning cut's measured precision, out of year, and where it was measured."""
     cut = cleaning_cut()
@@ -263,58 +331,3 @@ def mined_precision() -> str:
         f" ({m['where']}, by regime; {span_text(m['own_margin']['clean_precision'])} where the audit's own encoder"
         " mined with a margin)"
     )
-
-
-def row_number(row: Mapping[str, Any], column: str) -> float:
-    """A profile row's value as a float: NaN where it is missing or not a number."""
-    value = row.get(column)
-    try:
-        out = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return math.nan
-    return out
-
-
-# diagnostic column → (name, what a higher value means, which way is better or more defective)
-DIRECTIONS: dict[str, tuple[str, str, str]] = {
-    "psi_mean": (
-        "ψ",
-        "negatives share fewer of the query's (IDF-weighted) words",
-        "in the study this package follows a higher mean ψ went with better transfer (the study's finding; "
-        + psi_evidence()
-        + ", so it is not a validated predictor of which genuine source trains better); above every genuine"
-        " source (as random passages are) it means negatives too unrelated",
-    ),
-    "rho_mean": (
-        "ρ",
-        "the frozen encoder ranks the positive above the negatives more surely",
-        "lower = harder negatives; above every genuine source = too easy",
-    ),
-    "eta_mean": (
-        "η",
-        "negatives sit closer to the query in the encoder's space",
-        "higher = harder, but above every genuine source = false-negative-shaped",
-    ),
-    "inversion_rate": (
-        "inversion",
-        "more records have a negative scoring at least as high as the positive",
-        "some inversions are what hard negatives look like; very high = look for false negatives",
-    ),
-    "fn_suspect_rate": (
-        "suspected false negatives",
-        "more negatives look like they answer the query (docs/design.md §3.9)",
-        "lower is better",
-    ),
-    "duplicate_positive_rate": ("copies of a positive", "more negatives repeat a positive's text", "0 is right"),
-}
-
-
-def legend_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """What each direction means, for the diagnostics the profile has (the verdict's last section in
-    report.md; the command line prints it before the verdict, so that the verdict ends the output)."""
-    out = ["", "Which way is which:", ""]
-    for column, (symbol, higher, better) in DIRECTIONS.items():
-        if any(not math.isnan(row_number(r, column)) for r in rows):
-            out.append(f"- {symbol}: higher = {higher}; {better}.")
-    out.append("")
-    return out

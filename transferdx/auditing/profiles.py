@@ -500,6 +500,24 @@ ABSOLUTE_FLAG_RULES = (
 )
 
 
+def above(value: float, threshold: float, digits: int = 3) -> str:
+    """``value`` with at least ``digits`` decimals and as many more as needed that it reads above
+    ``threshold`` as printed (0.9004 against 0.9 is ``0.9004``, not ``0.900``)."""
+    for d in range(digits, 17):
+        if float(f"{value:.{d}f}") > threshold:
+            return f"{value:.{d}f}"
+    return repr(value)
+
+
+def below(value: float, threshold: float, digits: int = 1) -> str:
+    """``value`` with at least ``digits`` decimals and as many more as needed that it reads below
+    ``threshold`` as printed (0.96 against 1 is ``0.96``, not ``1.0``)."""
+    for d in range(digits, 17):
+        if float(f"{value:.{d}f}") < threshold:
+            return f"{value:.{d}f}"
+    return repr(value)
+
+
 def absolute_flags(row: Mapping[str, Any]) -> dict[str, str]:
     """The :data:`ABSOLUTE_FLAG_RULES` a profile row breaks, each with its reason (value, threshold,
     what it means). A rule whose column is missing or NaN (e.g. an encoder rule in a lexical audit)
@@ -509,7 +527,7 @@ def absolute_flags(row: Mapping[str, Any]) -> dict[str, str]:
         value = row.get(rule.column)
         if value is None or _nan(value) or not _beyond(float(value), rule.threshold, True):
             continue
-        out[rule.name] = f"{value:.3f} > {rule.threshold:g} {rule.text}"
+        out[rule.name] = f"{above(float(value), rule.threshold)} > {rule.threshold:g} {rule.text}"
     return out
 
 

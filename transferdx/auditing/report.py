@@ -24,6 +24,8 @@ from transferdx.artifacts import (
 )
 from transferdx.auditing.audit import AuditResult
 from transferdx.auditing.facts import audit_facts
+from transferdx.auditing.html import write_html
+from transferdx.auditing.legend import legend_lines
 from transferdx.auditing.plots import plot_bands, plot_fn_evaluation, plot_margins, plot_profile, plot_psi
 from transferdx.auditing.profiles import MEAN_STATS
 from transferdx.auditing.verdict import verdict_lines
@@ -42,6 +44,7 @@ AUDIT_FILES = {
     "suspects": "suspects.csv",
     "control_suspects": "control_suspects.csv",
     "report": "report.md",
+    "report_html": "report.html",  # report.md as one self-contained page (auditing/html.py)
     "plot": "psi.png",
     "plot_profile": "profile.png",
     "plot_margins": "margins.png",
@@ -152,6 +155,7 @@ def render_report(result: AuditResult, settings: Mapping[str, Any]) -> str:
         "# transferdx audit",
         "",
         *verdict_lines(profile.rows, profile.catch_rate, settings, facts=audit_facts(result)),
+        *legend_lines(profile.rows),
         "## Settings",
         "",
         *(f"- **{k}**: `{v}`" for k, v in settings.items()),
@@ -482,7 +486,8 @@ def write_audit(result: AuditResult, out_dir: str | Path, settings: Mapping[str,
     suspects = {key: np.flatnonzero(kinds == kind) for kind, key in SUSPECT_FILES.items()}
     for key, rows in suspects.items():
         atomic_write_csv(paths[key], result.suspect_values, rows=rows, take=result.suspect_rows)
-    atomic_write_text(paths["report"], render_report(result, settings))
+    report = render_report(result, settings)
+    atomic_write_text(paths["report"], report)
     atomic_write_bytes(paths["plot"], plot_psi(result))
     if semantic:
         atomic_write_bytes(paths["plot_profile"], plot_profile(result))
@@ -490,6 +495,8 @@ def write_audit(result: AuditResult, out_dir: str | Path, settings: Mapping[str,
         atomic_write_bytes(paths["plot_bands"], plot_bands(result))
     if result.fn_evaluation.get("status") == "measured":
         atomic_write_bytes(paths["plot_fn"], plot_fn_evaluation(result.fn_evaluation))
+    plots = {p.name: p.read_bytes() for key, p in paths.items() if key.startswith("plot") and p.exists()}
+    write_html(paths["report_html"], report, paths["suspects"], len(suspects["suspects"]), plots)  # rows read back
     config = _json_safe(dict(settings))
     write_meta(paths["profile_json"], config, rows=len(profile))
     write_meta(paths["records"], config, rows=len(result.records))

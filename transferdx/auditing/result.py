@@ -12,10 +12,11 @@ import pandas as pd
 
 from transferdx.artifacts import owned_folder
 from transferdx.auditing.audit import AuditResult
-from transferdx.auditing.facts import audit_facts, legend_lines
+from transferdx.auditing.facts import audit_facts
+from transferdx.auditing.legend import legend_lines
 from transferdx.auditing.report import exclusions_frame, write_audit
-from transferdx.auditing.verdict import verdict_lines
-from transferdx.display import audit_markdown, audit_repr, exclusions_phrase
+from transferdx.auditing.verdict import verdict_lines, verdict_parts
+from transferdx.display import audit_html, audit_markdown, audit_repr, exclusions_phrase
 from transferdx.inputs.records import KINDS
 from transferdx.inputs.texts import text_column
 
@@ -166,23 +167,27 @@ class Audit:
         """Per source: how its negatives were made (negative-set descriptor)."""
         return self.result.profile.descriptors
 
-    def verdict(self, written: bool = False, legend: bool = True) -> str:
-        """The verdict in plain words (Markdown): each source's bottom line, flags, suspected false
-        negatives, the genuine sources by mean ψ (also the top of report.md) and, with ``legend``,
-        what each direction means. ``written``: the artifacts were saved, so it points to
+    def verdict(self, written: bool = False) -> str:
+        """The verdict in plain words (Markdown; also the top of report.md): the decision, one line per
+        genuine source (its action and the number behind it), then the evidence, one fact a line, and
+        what holds for every source, once. ``written``: the artifacts were saved, so it points to
         suspects.csv; else to the ``.suspects`` attribute. Its command names :attr:`input_path`."""
+        return "\n".join(verdict_lines(*self._verdict_args(), **self._verdict_kwargs(written)))
+
+    def screen(self, report: str | Path | None = None) -> str:
+        """The first screen ``transferdx-audit`` prints: the decision, a blank line, the path of the
+        report (``report``; none when None), then the evidence: the verdict as plain text."""
+        decision, evidence = verdict_parts(*self._verdict_args(), **self._verdict_kwargs(report is not None))
+        where = [f"report: {Path(report).resolve()}", ""] if report is not None else []
+        lines = [*decision, "", *where, *evidence]
+        return "\n".join(line.replace("**", "") for line in lines).rstrip("\n")
+
+    def _verdict_args(self) -> tuple[Any, Any, Any]:
         profile = self.result.profile
-        facts = audit_facts(self.result)
-        lines = verdict_lines(
-            profile.rows,
-            profile.catch_rate,
-            self.settings,
-            written=written,
-            facts=facts,
-            input_path=self.input_path,
-            legend=legend,
-        )
-        return "\n".join(lines)
+        return profile.rows, profile.catch_rate, self.settings
+
+    def _verdict_kwargs(self, written: bool) -> dict[str, Any]:
+        return {"written": written, "facts": audit_facts(self.result), "input_path": self.input_path}
 
     def legend(self) -> str:
         """What each direction means (the verdict's last section; the command line prints it first)."""
@@ -210,3 +215,7 @@ class Audit:
     def _repr_markdown_(self) -> str:  # notebooks show the verdict and a compact profile
         n_own, n_control = self._n_suspects("genuine"), self._n_suspects("control")
         return audit_markdown(self.verdict(), self.profile, n_own, n_control, len(self.result.exclusions))
+
+    def _repr_html_(self) -> str:  # what notebooks prefer: the same display, rendered as report.html renders
+        n_own, n_control = self._n_suspects("genuine"), self._n_suspects("control")
+        return audit_html(self.verdict(), self.profile, n_own, n_control, len(self.result.exclusions))

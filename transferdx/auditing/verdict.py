@@ -1,20 +1,24 @@
-"""The verdict: what an audit says about each source, in plain words (the top of report.md and the
-end of ``transferdx-audit``'s output). Pure: profile rows and per-source facts in, Markdown lines out.
+"""The verdict: what an audit says about each source, in plain words (the top of report.md, the first
+screen of ``transferdx-audit`` and the notebook display). Pure: profile rows and per-source facts in,
+Markdown lines out.
 
-Each genuine source gets **one action**, its **bottom line**: the first of :data:`BOTTOM_LINE_ACTIONS`
-whose advice (:data:`ADVICE`, a registry in that order) finds something, so re-mine beats clean beats
-review beats use as is. Re-mine: an absolute flag says the negatives are mostly inverted, or mostly
-another query's positive. Clean: suspects with a reason of
-:data:`~transferdx.diagnostics.suspicion.ACT_REASONS` (copies and near-copies of a positive,
-``fn_probability`` ≥ :data:`~transferdx.diagnostics.suspicion.MIN_PROBABILITY`), what default
-cleaning removes. Review the listed suspects: the other suspects (the rule's precision on deep
-judgments is little above the base rate). Use as is: nothing of the above. Each advice that applies
-is a :class:`Finding`: a fact (the number behind it) and an instruction; the bottom line says the
-facts of its action and its instruction, the milder findings follow as ``Also:`` lines, facts only
-(mostly easy negatives are always such a note). The one command said, ``transferdx-clean``, names
-the input the audit read and runs as printed (:func:`clean_command`). Every count of suspects comes
-from the audit's one suspects table (:func:`source_facts`). A source with fewer than
-:data:`MIN_RECORDS` records gets a warning instead of a place in the ranking."""
+It has three parts (:func:`verdict_parts`). **The decision**: one line per genuine source — its
+name, records, its one action (its **bottom line**) and the one number behind it. **The evidence**,
+per source: short lines, one fact each (the command to run first, where there is one). **What holds
+for every source**, stated once per run: the rules' measured precision, where ``fn_probability`` was
+calibrated, what cleaning did to trained retrievers, what ψ's order means, what the controls caught.
+
+The action is the first of :data:`BOTTOM_LINE_ACTIONS` whose advice (:data:`ADVICE`, a registry in
+that order) finds something, so re-mine beats clean beats check beats review beats use as is.
+Re-mine: an absolute flag says the negatives are mostly inverted, or mostly another query's
+positive. Clean: negatives that copy a positive (default cleaning removes them, and the near-copies
+and ``fn_probability`` ≥ :data:`~transferdx.diagnostics.suspicion.MIN_PROBABILITY` with them). Check
+with a second encoder: the audit cannot see the false negatives (:func:`prior_unidentified`, or no
+suspect where the detector reads the negatives as often false). Review the listed suspects: at least
+:data:`REVIEW_MIN_EXPECTED` of them are expected to be false negatives (Σ ``fn_probability``) — fewer
+is "use as is", with the count said. An action is never said against its own number: each finding's
+``number`` is the fact that decides it. A source with fewer than :data:`MIN_RECORDS` records gets a
+warning instead of a place in the ranking."""
 
 from __future__ import annotations
 
@@ -26,45 +30,53 @@ from typing import Any
 
 from transferdx.auditing.commands import clean_command
 from transferdx.auditing.facts import (
-    DIRECTIONS,
     SourceFacts,
-    cleaning_evidence,
+    calibration_lines,
+    cleaning_lines,
     cut_precision_text,
-    legend_lines,
     mined,
     mined_precision,
-    precision_text,
-    psi_evidence,
-    row_number,
+    precision_lines,
+    psi_lines,
     span_text,
 )
+from transferdx.auditing.legend import DIRECTIONS, row_number
+from transferdx.auditing.profiles import below
 from transferdx.diagnostics.suspicion import MIN_PROBABILITY
 
 # Fewer records than this: bootstrap CIs over records and the ranking of sources are not read
 # (with under 30 resampling units a percentile interval is unreliable), a warning is said instead.
 MIN_RECORDS = 30
 
+# "review the listed suspects" needs at least this many of them expected to be false negatives
+# (Σ fn_probability at TREC-DL's share): reading suspects where under one is expected finds nothing.
+REVIEW_MIN_EXPECTED = 1.0
 
 # the random-mix controls, mildest first (the verdict's ladder sentence and the paper's ladder figure)
 LADDER = ("random_mix_25", "random_mix_50", "random_mix_75", "random_mix_100")
 
 
 # ---------------------------------------------------------------------------------------------
-# Numbers and commands
+# Numbers
 # ---------------------------------------------------------------------------------------------
 
 
-def _ci(row: Mapping[str, Any], column: str) -> str:
+def _ci(row: Mapping[str, Any], column: str, percent: bool = False) -> str:
     prefix = column.removesuffix("_mean")
     low, high = row_number(row, f"{prefix}_ci_low"), row_number(row, f"{prefix}_ci_high")
     value = row_number(row, column)
+    fmt = (lambda v: f"{v:.1%}") if percent else (lambda v: f"{v:.3f}")
     if math.isnan(low) or math.isnan(high):
-        return f"{value:.3f}"
-    return f"{value:.3f} [{low:.3f}, {high:.3f}]"
+        return fmt(value)
+    return f"{fmt(value)} [{fmt(low)}, {fmt(high)}]"
 
 
 def _share(k: int, n: int) -> str:
     return f"{k} of {n} negatives ({k / n:.1%})" if n else f"{k} of 0 negatives"
+
+
+def _suspects(k: int) -> str:
+    return f"{k} suspect{'' if k == 1 else 's'}"
 
 
 def prior_unidentified(row: Mapping[str, Any]) -> bool:
@@ -75,23 +87,15 @@ def prior_unidentified(row: Mapping[str, Any]) -> bool:
 
 
 def prior_sentence(row: Mapping[str, Any]) -> str:
-    """That the source's share of false negatives is not estimated, why, and what was measured instead
-    (:data:`~transferdx.auditing.pooling.PRIOR_WHY`)."""
-    m = mined()
-    said = ""
+    """Why the source's share of false negatives is not estimated from the file (one short line; where
+    ``fn_probability`` was calibrated instead is said once per run, :func:`calibration_lines`)."""
     if prior_unidentified(row):
         side = "0" if row_number(row, "fn_prior_boundary") < 0.5 else "1"
-        said = (
-            "its negatives fit no mix of the detectors' false and true negatives (the share's estimate falls on"
-            f" {side}), as when the file's miner filtered them under the audit's own encoder; "
+        return (
+            f"its share of false negatives is not estimated (fits no mix: estimate on {side}, as if filtered by"
+            " this encoder)"
         )
-    return (
-        f"{said}how many of its negatives are false negatives is not estimated from the file, and fn_probability is"
-        f" not moved to it: it is calibrated at TREC-DL's share (ECE {span_text(m['ece'])} on {m['n_files']} files"
-        f" mined the way users mine, {m['where']}, where the share was {span_text(m['share'])} by regime and the"
-        f" audit's estimate of it covered it on {m['em_covered']} of {m['em_estimated']} files and fell on 0 or 1 on"
-        f" {m['em_boundary']})"
-    )
+    return "its share of false negatives is not estimated from the file (fn_probability is at TREC-DL's share)"
 
 
 def _absolute(row: Mapping[str, Any]) -> dict[str, str] | None:
@@ -104,7 +108,7 @@ def _absolute(row: Mapping[str, Any]) -> dict[str, str] | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# The bottom line: a registry of advice, each an action and the sentence that says why
+# The bottom line: a registry of advice, each an action and the number that decides it
 # ---------------------------------------------------------------------------------------------
 
 
@@ -121,27 +125,26 @@ class Context:
 
 @dataclass(frozen=True)
 class Finding:
-    """What one advice found: ``fact`` (the finding and the number behind it) and ``act`` (what to
-    do, said only when its action is the bottom line). ``lead_only``: said only as the bottom line
-    (the summary of a source where nothing else applies)."""
+    """What one advice found: ``number`` (the fact that decides it, with its number: the decision
+    line's when its action is the bottom line, else one evidence line), ``lines`` (more facts, one a
+    line), ``act`` (what to do, said only when its action is the bottom line: a command or an
+    instruction). ``lead_only``: said only as the bottom line."""
 
-    fact: str
+    number: str
+    lines: tuple[str, ...] = ()
     act: str = ""
     lead_only: bool = False
-
-    def said(self) -> str:
-        return f"{self.fact} {self.act}" if self.act else self.fact
 
 
 Advice = Callable[[Mapping[str, Any], Context], "Finding | None"]
 
 
-def _on_flag(flag: str, fact: str, act: str) -> Advice:
-    """Advice that fires on the absolute flag ``flag``: ``fact`` with its reason in ``{reason}``, and ``act``."""
+def _on_flag(flag: str, why: str, act: str) -> Advice:
+    """Advice that fires on the absolute flag ``flag``: its reason, ``why`` and ``act``."""
 
     def advice(row: Mapping[str, Any], ctx: Context) -> Finding | None:
         reason = (_absolute(row) or {}).get(flag)
-        return None if reason is None else Finding(fact.format(reason=reason), act)
+        return None if reason is None else Finding(reason, (why,), act)
 
     advice.__name__ = f"_on_{flag}"
     return advice
@@ -149,20 +152,19 @@ def _on_flag(flag: str, fact: str, act: str) -> Advice:
 
 _remine_inverted = _on_flag(
     "mostly_inverted",
-    "Most negatives outscore the positive under the frozen encoder ({reason}): the labels, not the"
-    " encoder, are the likelier error.",
-    "Re-mine with a margin below the positive: sentence-transformers' `mine_hard_negatives` with"
-    " `relative_margin=0.05`, or `range_min=10` to skip the top ranks.",
+    "most negatives outscore the positive under the frozen encoder: the labels, not the encoder, are the likelier"
+    " error",
+    "re-mine with a margin below the positive: sentence-transformers' `mine_hard_negatives` with"
+    " `relative_margin=0.05`, or `range_min=10` to skip the top ranks",
 )
 _remine_other_positive = _on_flag(
     "copies_other_positive",
-    "Most negatives are passages the file labels relevant to another query ({reason}): they are already"
-    " in-batch negatives under MNRL, so the source was assembled from the file's positives, not mined.",
-    "Re-mine from the corpus: sentence-transformers' `mine_hard_negatives` with `corpus=` the full passage collection.",
+    "they are passages the file labels relevant to another query: in-batch negatives already, not mined",
+    "re-mine from the corpus: sentence-transformers' `mine_hard_negatives` with `corpus=` the full collection",
 )
 
 
-EASY_NOTE = "The negatives are mostly easy"
+EASY_NOTE = "mostly easy negatives"
 
 
 def _easy(row: Mapping[str, Any], ctx: Context) -> Finding | None:
@@ -172,9 +174,8 @@ def _easy(row: Mapping[str, Any], ctx: Context) -> Finding | None:
     if reason is None:
         return None
     return Finding(
-        f"{EASY_NOTE} ({reason}): each adds under a tenth of a tied negative's gradient, so they add"
-        " little over in-batch negatives; not a defect: in transferdx's own validation, sources flagged"
-        " so did not train worse (docs/validation.md)."
+        f"{EASY_NOTE}: {reason}: little over in-batch negatives; not a defect in the package's validation"
+        " (docs/validation.md)"
     )
 
 
@@ -192,31 +193,38 @@ def _cleans(row: Mapping[str, Any], f: SourceFacts) -> bool:
 
 
 def _removable(f: SourceFacts) -> str:
-    """What default cleaning removes besides copies, with what was measured of it."""
-    parts = []
+    """What default cleaning removes, by reason."""
+    parts = [f"{f.n_copies} copy a positive"]
     if f.n_near_copies is not None:
-        parts.append(
-            f"{f.n_near_copies} are near-copies of one (s(p0,n) ≥ δ; {precision_text('near_duplicate_positive')})"
-        )
+        parts.append(f"{f.n_near_copies} are near-copies of one (s(p,n) ≥ δ)")
     if f.n_probable is not None:
-        parts.append(
-            f"{f.n_probable} have fn_probability ≥ {MIN_PROBABILITY:.2f} ({cut_precision_text()}; {mined_precision()})"
-        )
+        parts.append(f"{f.n_probable} have fn_probability ≥ {MIN_PROBABILITY:.2f}")
     return ", ".join(parts)
+
+
+def _keeps(f: SourceFacts) -> list[str]:
+    """How many queries (and, one row per query, rows) default cleaning keeps: every query that keeps a
+    negative; a row's emptied slots repeat its own remaining negatives (``clean.fill=repeat``)."""
+    if not f.queries:  # facts without the records (a profile row alone)
+        return []
+    rows = f" and {f.queries_kept} of {f.rows_read} rows" if f.rows_read == f.queries else ""
+    return [
+        f"cleaning keeps {f.queries_kept} of {f.queries} queries{rows} (those left with a negative); a row's"
+        " emptied slots repeat its own remaining negatives"
+    ]
 
 
 def _clean(row: Mapping[str, Any], ctx: Context) -> Finding | None:
     f = ctx.facts
-    copies = _copy_flags(row)
     if not _cleans(row, f):
         return None
-    parts = [f"{f.n_copies} copy a positive", *filter(None, [_removable(f)])]
-    flagged = f" Absolute flag: {'; '.join(copies)}." if copies else ""
     lexical = f.n_near_copies is None and f.n_probable is None
+    lines = [f"default cleaning removes them: {_removable(f)}", *_keeps(f)]
+    lines += [f"absolute flag: {c}" for c in _copy_flags(row)]
     return Finding(
-        f"{_share(f.n_act, f.n_negatives)} are probable false negatives: {', '.join(parts)}.{flagged}",
-        f"Remove them with {clean_command(ctx.settings, ctx.input_path, lexical)}. Measured, not assumed:"
-        f" {cleaning_evidence()}.",
+        f"{_share(f.n_act, f.n_negatives)} are probable false negatives",
+        tuple(lines),
+        f"run: {clean_command(ctx.settings, ctx.input_path, lexical)}",
     )
 
 
@@ -225,55 +233,50 @@ def _by_construction(row: Mapping[str, Any], ctx: Context) -> Finding | None:
     if m is None or ctx.facts.n_positive_aware != 0:
         return None
     return Finding(
-        f"Its mining already applied a margin with this encoder: every negative scores at most"
-        f" {1 - m.relative:.3f}·s(q,p) (a relative margin of {m.relative:.3f}; the smallest gap s(q,p) − s(q,n) is"
-        f" {m.absolute:.3f}), below the positive-aware bar {m.alpha}·s(q,p), so that rule finds 0 suspects by"
-        " construction; it says nothing about false negatives below the margin."
+        f"mined with a margin under this encoder: every negative ≤ {1 - m.relative:.3f}·s(q,p) (smallest gap"
+        f" {m.absolute:.3f}), below the positive-aware bar {m.alpha}·s(q,p), so that rule finds 0 by construction"
     )
 
 
+def _where(ctx: Context) -> str:
+    return str(ctx.settings.get("_suspects_where") or "suspects.csv lists them")
+
+
 def _review(row: Mapping[str, Any], ctx: Context) -> Finding | None:
+    """The suspects default cleaning leaves in place, when at least :data:`REVIEW_MIN_EXPECTED` of
+    them are expected to be false negatives (or the expectation is not scored, as in a lexical
+    audit); a genuine source outside the other sources' range (envelope flags)."""
     f = ctx.facts
     cleans = _cleans(row, f)
     rest = f.n_review if cleans else f.n_suspects
-    removable = 0 if cleans else f.n_act
+    expected = f.expected_review if cleans else f.expected_suspects
     flags = str(row.get("flags") or "") if ctx.mode == "envelope" else ""
-    out = []
-    if rest > 0:
-        where = f"({ctx.settings.get('_suspects_where') or 'suspects.csv lists them'}, most probable first)"
-        rule = f"the suspicion rule's {precision_text('default_rule')}; many are ordinary hard negatives"
-        if removable:
-            out.append(
-                f"{_share(rest, f.n_negatives)} are suspected false negatives. Default cleaning would remove"
-                f" {removable} of them: {_removable(f)}"
-                + (f"; the other {rest - removable} are suspects of {rule}" if rest > removable else "")
-                + f" {where}."
-            )
-        else:
-            mean = (
-                f"; their mean fn_probability, at TREC-DL's share, is {f.review_expected:.2f}"
-                if f.review_expected is not None
-                else ""
-            )
-            out.append(
-                f"{_share(rest, f.n_negatives)} are suspects that default cleaning leaves in place:"
-                f" {rule}{mean} {where}."
-            )
-    if flags:
-        out.append(f"Against the other sources' range (envelope): {row.get('flag_reasons')}.")
-    if not out:
+    enough = rest > 0 and (expected is None or expected >= REVIEW_MIN_EXPECTED)
+    if not enough and not flags:
         return None
-    act = ""
-    if rest > 0:
-        act = "Read them before training on the file" + (
-            f"; {clean_command(ctx.settings, ctx.input_path)} removes the {removable}." if removable else "."
+    lines = []
+    number = f"against the other sources' range (envelope): {row.get('flag_reasons')}"
+    if enough:
+        left = " default cleaning leaves in place" if cleans else ""
+        number = f"{_share(rest, f.n_negatives)} are suspects{left}; " + (
+            f"{expected:.1f} expected false at TREC-DL's share (≥ {REVIEW_MIN_EXPECTED:g})"
+            if expected is not None
+            else "how many are false is not scored here"
         )
-    return Finding(" ".join(out), act)
+        if flags:
+            lines.append(f"against the other sources' range (envelope): {row.get('flag_reasons')}")
+        if not cleans and f.n_act:
+            lines += [f"default cleaning would remove {f.n_act} of them: {_removable(f)}", *_keeps(f)]
+    act = f"read them before training ({_where(ctx)}, most probable first)" if enough else ""
+    if enough and not cleans and f.n_act:
+        act += f"; {clean_command(ctx.settings, ctx.input_path)} removes the {f.n_act}"
+    return Finding(number, tuple(lines), act)
 
 
-# "use as is" needs the detector to expect few false negatives: a mean fn_probability (at TREC-DL's
-# share) below this. Every one of the 42 files mined the way users mine read 0.29–0.71 (their judged
-# share 0.11–0.65; experiments/results/fn_mined), the demo's BM25 and handwritten sources 0.10 and 0.07.
+# "check" when the detector reads the negatives as often false yet finds no suspect: a mean
+# fn_probability (at TREC-DL's share) at least this. Every one of the 42 files mined the way users
+# mine read 0.29–0.71 (their judged share 0.11–0.65; experiments/results/fn_mined), the demo's BM25
+# and handwritten sources 0.10 and 0.07.
 USE_MAX_MEAN = 0.20
 
 
@@ -287,43 +290,46 @@ def _unseen(row: Mapping[str, Any], ctx: Context) -> Finding | None:
     high = mean is not None and mean >= USE_MAX_MEAN and f.n_suspects == 0
     if not prior_unidentified(row) and not high:
         return None
-    hidden = ""
+    if high:
+        number = f"{_suspects(f.n_suspects)}, yet mean fn_probability {mean:.2f} (≥ {USE_MAX_MEAN:.2f})"
+    else:
+        number = f"{_suspects(f.n_suspects)}; {prior_sentence(row)}"
+    caught = span_text(m["own_margin"]["clean_recall"])
+    lines = [
+        f"on {m['n_files']} files mined the way users mine ({m['where']}) {span_text(m['share'])} of negatives were"
+        f" false by regime; where the audit's encoder mined with a margin, cleaning caught {caught}"
+    ]
     if f.margin is not None:
-        hidden = (
-            " Its negatives stop at a margin under this encoder (every one at most"
-            f" {1 - f.margin.relative:.3f}·s(q,p)): the miner removed exactly the negatives this encoder would"
-            " flag, so what is left looks clean to it whatever it holds."
+        lines.append(
+            f"its negatives stop at a margin under this encoder (each ≤ {1 - f.margin.relative:.3f}·s(q,p)): the miner"
+            " removed what this encoder would flag"
         )
-    seen = f" (mean fn_probability {mean:.2f}, at TREC-DL's share)" if mean is not None else ""
     return Finding(
-        f"The audit cannot see how many of its negatives are false negatives: it found {f.n_suspects}"
-        f" suspect{'' if f.n_suspects == 1 else 's'}{seen};"
-        f" on files mined the way users mine {span_text(m['share'])} of the negatives were false negatives by regime,"
-        f" and where the audit's own encoder mined with a margin default cleaning caught"
-        f" {span_text(m['own_margin']['clean_recall'])} of them ({m['where']}).{hidden}",
-        "Check before training: audit it with a second encoder (`backbone=static_minilm`, or `backbone=mpnet_base`),"
-        " score it with a cross-encoder if you have one, or read the suspects"
-        f" ({ctx.settings.get('_suspects_where') or 'suspects.csv lists them'}).",
+        number,
+        tuple(lines),
+        "check: audit it with a second encoder (`backbone=static_minilm` or `backbone=mpnet_base`), score it with"
+        f" a cross-encoder, or read the suspects ({_where(ctx)})",
     )
 
 
 def _use(row: Mapping[str, Any], ctx: Context) -> Finding | None:
     f = ctx.facts
-    inv = row_number(row, "inversion_rate")
-    said = f"{f.n_suspects} of its {f.n_negatives} negatives are suspected false negatives"
-    if f.n_probable is not None:
-        said += f", {f.n_probable} have fn_probability ≥ {MIN_PROBABILITY:.2f}"
-    if not math.isnan(inv):
-        said += f", and in {inv:.1%} of records a negative scores at least as high as the positive"
-    return Finding(said + ".", lead_only=True)
+    said = f"{_suspects(f.n_suspects)} in {f.n_negatives} negatives"
+    if f.n_suspects and f.expected_suspects is not None:
+        said += (
+            f"; {below(f.expected_suspects, REVIEW_MIN_EXPECTED)} expected false at TREC-DL's share"
+            f" (under {REVIEW_MIN_EXPECTED:g})"
+        )
+    return Finding(said, lead_only=True)
 
 
 # action → the advice that finds it, most severe action first (:data:`BOTTOM_LINE_ACTIONS`); the first
-# action with a finding is the bottom line, the milder findings are said as facts
+# action with a finding is the bottom line, the milder findings are said as evidence
 ADVICE: tuple[tuple[str, tuple[Advice, ...]], ...] = (
     ("re-mine", (_remine_inverted, _remine_other_positive)),
     ("clean", (_clean,)),
-    ("review the listed suspects", (_unseen, _review)),
+    ("check with a second encoder", (_unseen,)),
+    ("review the listed suspects", (_review,)),
     ("use as is", (_by_construction, _use, _easy)),
 )
 BOTTOM_LINE_ACTIONS = tuple(action for action, _ in ADVICE)  # most severe first: the order that decides
@@ -331,11 +337,12 @@ BOTTOM_LINE_ACTIONS = tuple(action for action, _ in ADVICE)  # most severe first
 
 @dataclass(frozen=True)
 class Judgement:
-    """A source's one ``action``, what ``lead`` says with it (its findings: facts and instruction),
-    and the ``support`` (the milder findings' facts, no instruction)."""
+    """A source's one ``action``, its ``number`` (the decision line's fact), ``lines`` (the evidence
+    of its action, its instruction first) and ``support`` (the milder findings, facts only)."""
 
     action: str
-    lead: tuple[str, ...]
+    number: str
+    lines: tuple[str, ...]
     support: tuple[str, ...]
 
 
@@ -343,15 +350,16 @@ def judge(row: Mapping[str, Any], ctx: Context) -> Judgement:
     """The first action of :data:`ADVICE` with a finding, its findings, and the milder ones' facts."""
     found = [(action, f) for action, rules in ADVICE for rule in rules if (f := rule(row, ctx)) is not None]
     action = found[0][0]
-    lead = tuple(f.said() for a, f in found if a == action)
-    support = tuple(f.fact for a, f in found if a != action and not f.lead_only)
-    return Judgement(action, lead, support)
+    lead = [f for a, f in found if a == action]
+    lines = [x.act for x in lead if x.act] + [x.number for x in lead[1:]] + [y for x in lead for y in x.lines]
+    support = tuple(y for a, f in found if a != action and not f.lead_only for y in (f.number, *f.lines))
+    return Judgement(action, lead[0].number, tuple(lines), support)
 
 
 def bottom_line(row: Mapping[str, Any], ctx: Context) -> tuple[str, list[str]]:
-    """(action, sentences): :func:`judge`'s action and what the bottom line says with it."""
+    """(action, what is said with it): :func:`judge`'s action, its number and its lines."""
     j = judge(row, ctx)
-    return j.action, list(j.lead)
+    return j.action, [j.number, *j.lines]
 
 
 def _small(n: int) -> str | None:
@@ -359,8 +367,8 @@ def _small(n: int) -> str | None:
         return None
     few = "1 record is" if n == 1 else f"{n} records are"
     return (
-        f"  Warning: {few} too few for the statistics (fewer than {MIN_RECORDS}): its intervals are"
-        " not reliable and it is left out of the ranking; read its suspects one by one."
+        f"warning: {few} too few for the statistics (under {MIN_RECORDS}): intervals unreliable, not ranked;"
+        " read its suspects one by one"
     )
 
 
@@ -376,7 +384,58 @@ def _fixed_comparison(row: Mapping[str, Any], thresholds: Mapping[str, float]) -
 FIXED = {"rho_mean": 0.870, "eta_mean": 0.443, "psi_mean": 0.529, "inversion_rate": 0.083}  # the study's
 
 
-def verdict_lines(
+def decision_line(name: str, n: int, j: Judgement) -> str:
+    """A source's line of the decision: name, records, action, the number behind it."""
+    unit = "record" if n == 1 else "records"
+    return f"- **{name}** ({n} {unit}) — **bottom line: {j.action}.** {j.number}."
+
+
+def _evidence(
+    row: Mapping[str, Any],
+    f: SourceFacts,
+    j: Judgement,
+    settings: Mapping[str, Any],
+    mode: str,
+    semantic: bool,
+    rows: Sequence[Mapping[str, Any]],
+) -> list[str]:
+    """A source's evidence, one fact a line: its action's instruction and facts, the milder findings,
+    then what the audit counted."""
+    name = str(row["source"])
+    out = [*j.lines, *j.support]
+    if (small := _small(int(row_number(row, "n_records")))) is not None:
+        out.append(small)
+    if (excluded := row_number(row, "n_excluded_records")) > 0:
+        out.append(f"excluded on reading: {int(excluded)} records (exclusions.csv lists each with its line and why)")
+    if f.cleaned:
+        reasons = ", ".join(map(str, f.cleaned.get("reasons") or [])) or "none"
+        out.append(
+            f"a cleaned copy (action {f.cleaned.get('action')}, reasons {reasons}): what was removed is not counted"
+        )
+    fn = row_number(row, "fn_suspect_rate")
+    if not math.isnan(fn):
+        expected = (
+            f"; Σ fn_probability {f.expected_suspects:.1f}" if f.n_suspects and f.expected_suspects is not None else ""
+        )
+        out.append(
+            f"suspects: {f.n_suspects} of {f.n_negatives} negatives ({_ci(row, 'fn_suspect_rate', True)}){expected}"
+            + (f"; {_where_of(settings)}, most probable first" if f.n_suspects else "")
+        )
+    inv = row_number(row, "inversion_rate")
+    if not math.isnan(inv):
+        out.append(f"inversions: {_ci(row, 'inversion_rate', True)} of records have a negative scoring ≥ the positive")
+    if name in _parents(settings) and (ladder := _ladder_line(rows)):
+        out.append(ladder)
+    if semantic and mode == "fixed" and (compared := _fixed_comparison(row, FIXED)):
+        out.append(f"the study's values, fixed on another encoder and data set (reference only): {', '.join(compared)}")
+    return out
+
+
+def _where_of(settings: Mapping[str, Any]) -> str:
+    return str(settings.get("_suspects_where") or "suspects.csv lists them")
+
+
+def verdict_parts(
     rows: Sequence[Mapping[str, Any]],
     catch: Mapping[str, Any],
     settings: Mapping[str, Any] | None = None,
@@ -384,12 +443,10 @@ def verdict_lines(
     facts: Mapping[str, SourceFacts] | None = None,
     written: bool = True,
     input_path: str | None = None,
-    legend: bool = True,
-) -> list[str]:
-    """The verdict section: per genuine source its bottom line (:func:`bottom_line`), a small-sample
-    warning, the suspects with the rule's measured precision, inversions, what the controls built
-    from it show; the controls caught; the genuine sources by mean ψ (the study's finding, not a
-    validated predictor here) with whether neighbouring CIs overlap; what each direction means.
+) -> tuple[list[str], list[str]]:
+    """(decision, evidence): the decision's one line per genuine source (:func:`decision_line`), and
+    the evidence — per source, its name and its facts one a line; then what holds for every source,
+    once (the measured precisions, calibration, cleaning's effect on training, ψ, the controls).
     ``facts``: :func:`source_facts` (without them the counts come from the profile's rates);
     ``written``: whether suspects.csv was written (the Python verdict points to ``.suspects``);
     ``input_path``: the input the audit read, for the command said (None: the name in ``settings``)."""
@@ -398,48 +455,63 @@ def verdict_lines(
     genuine = [r for r in rows if r.get("kind") == "genuine" and row_number(r, "n_records") > 0]
     semantic = any(not math.isnan(row_number(r, "rho_mean")) for r in rows)
     mode = str(settings.get("flags") or "envelope")
-    out = ["## Verdict", ""]
+    decision: list[str] = []
+    evidence: list[str] = []
+    actions, scored = set(), False
     for row in genuine:
         name, n = str(row["source"]), int(row_number(row, "n_records"))
         f = (facts or {}).get(name) or _facts_from_row(row)
         j = judge(row, Context(f, mode, settings, input_path))
-        unit = "record" if n == 1 else "records"
-        out.append(f"- **{name}** ({n} {unit}) — **bottom line: {j.action}.** " + " ".join(j.lead))
-        out += [f"  Also: {fact}" for fact in j.support]
-        if (small := _small(n)) is not None:
-            out.append(small)
-        if f.cleaned:
-            reasons = ", ".join(map(str, f.cleaned.get("reasons") or [])) or "none"
-            out.append(
-                f"  This is a cleaned copy (action {f.cleaned.get('action')}, reasons {reasons}): what was removed"
-                " is no longer counted here."
-            )
-        if semantic:
-            out.append(f"  False negatives: {prior_sentence(row)}.")
-        fn = row_number(row, "fn_suspect_rate")
-        if not math.isnan(fn):
-            out.append(
-                f"  Suspected false negatives: {f.n_suspects} ({_ci(row, 'fn_suspect_rate')} of its negatives);"
-                f" the rule's {precision_text('default_rule', full=True)}."
-            )
-        inv = row_number(row, "inversion_rate")
-        if not math.isnan(inv):
-            out.append(
-                f"  Inversions: in {inv:.1%} of records a negative scores at least as high as the positive"
-                f" ({_ci(row, 'inversion_rate')})."
-            )
-        if name in _parents(settings) and (ladder := _ladder_line(rows)):
-            out.append(ladder)
-        if semantic and mode == "fixed":
-            compared = _fixed_comparison(row, FIXED)
-            if compared:
-                out.append(
-                    "  The study's values, fixed on another encoder and data set, for reference only (not flags"
-                    f" here): {', '.join(compared)}."
-                )
-    out += _controls_lines(rows, catch, settings)
+        actions.add(j.action)
+        scored |= f.n_suspects > 0 and (f.n_probable is not None or f.n_near_copies is not None)
+        decision.append(decision_line(name, n, j))
+        evidence += [f"**{name}**", *(f"- {x}" for x in _evidence(row, f, j, settings, mode, semantic, rows)), ""]
+    evidence += [
+        "**Every source**",
+        *(f"- {x}" for x in _run_lines(rows, genuine, catch, settings, semantic, actions, scored)),
+    ]
+    return decision, evidence
+
+
+def _run_lines(
+    rows: Sequence[Mapping[str, Any]],
+    genuine: Sequence[Mapping[str, Any]],
+    catch: Mapping[str, Any],
+    settings: Mapping[str, Any],
+    semantic: bool,
+    actions: set[str],
+    scored: bool,
+) -> list[str]:
+    """What holds for every source, said once: the measured evidence the actions rest on."""
+    out = []
+    if any(not math.isnan(row_number(r, "fn_suspect_rate")) for r in genuine):
+        out += precision_lines("default_rule", "suspicion rule")
+    if scored:  # what the suspects' reasons were measured to be worth
+        out += precision_lines("near_duplicate_positive", "near-copies of a positive")
+        out.append(f"fn_probability ≥ {MIN_PROBABILITY:.2f}: {cut_precision_text()}")
+        out.append(f"default cleaning: {mined_precision()}")
+    if semantic:
+        out += calibration_lines()
+    if "clean" in actions:
+        out += cleaning_lines()
     out += _ranking_lines(genuine)
-    return out + legend_lines(rows) if legend else out
+    out += _controls_lines(rows, catch, settings)
+    return out
+
+
+def verdict_lines(
+    rows: Sequence[Mapping[str, Any]],
+    catch: Mapping[str, Any],
+    settings: Mapping[str, Any] | None = None,
+    *,
+    facts: Mapping[str, SourceFacts] | None = None,
+    written: bool = True,
+    input_path: str | None = None,
+) -> list[str]:
+    """The verdict section of report.md and ``Audit.verdict()``: ``## Verdict``, the decision, a blank
+    line, the evidence (:func:`verdict_parts`)."""
+    decision, evidence = verdict_parts(rows, catch, settings, facts=facts, written=written, input_path=input_path)
+    return ["## Verdict", "", *decision, "", *evidence, ""]
 
 
 def _facts_from_row(row: Mapping[str, Any]) -> SourceFacts:
@@ -461,10 +533,10 @@ def _ladder_line(rows: Sequence[Mapping[str, Any]]) -> str | None:
         return None
     flagged = [r["source"] for r in rows if r.get("source") in LADDER and r.get("flags")]
     smallest = min(flagged, key=LADDER.index).rsplit("_", 1)[1] if flagged else None
-    return "  The controls are made from this source, so they show what the diagnostics can see: " + (
-        f"replacing {smallest}% of its negatives by random passages is already flagged."
+    return "controls made from it: " + (
+        f"replacing {smallest}% of its negatives by random passages is already flagged"
         if smallest
-        else "no rung of the random-mix ladder is flagged (the diagnostics are blind to that defect here)."
+        else "no rung of the random-mix ladder is flagged (the diagnostics are blind to that defect here)"
     )
 
 
@@ -477,21 +549,19 @@ def _controls_lines(
     if n_controls:
         missed = [m for m in catch.get("controls_not_flagged") or [] if m not in empty]
         out.append(
-            f"- Controls (known defects) flagged: {catch.get('n_controls_flagged', 0)} of {n_controls}"
+            f"controls (known defects) flagged: {catch.get('n_controls_flagged', 0)} of {n_controls}"
             + (f"; not caught: {', '.join(map(str, missed))}" if missed else "")
-            + (f"; built empty (no records, not audited): {', '.join(empty)}" if empty else "")
-            + "."
+            + (f"; built empty (not audited): {', '.join(empty)}" if empty else "")
         )
     built = settings.get("self_controls")
     if built:
-        parents = _parents(settings)
-        whose = " and ".join(f"`{p}`" for p in parents)
+        whose = " and ".join(f"`{p}`" for p in _parents(settings))
         out.append(
-            f"- The controls were built from {whose}'s own records and passages"
+            f"the controls were built from {whose}'s own records and passages"
             + (
-                "; not built: " + "; ".join(f"{k} ({v})" for k, v in sorted(built["skipped"].items())) + "."
+                "; not built: " + "; ".join(f"{k} ({v})" for k, v in sorted(built["skipped"].items()))
                 if built.get("skipped")
-                else "."
+                else ""
             )
         )
     return out
@@ -511,14 +581,12 @@ def _ranking_lines(genuine: Sequence[Mapping[str, Any]]) -> list[str]:
             parts.append(f"{'≈' if overlap else '>'} {b['source']} {row_number(b, 'psi_mean'):.3f}")
         legend = " (≈: the CIs overlap, so that order is not established)" if any("≈" in x for x in parts) else ""
         out.append(
-            "- Genuine sources by mean ψ (in the study this package follows, higher mean ψ went with better"
-            f" transfer; {psi_evidence()}, so this order is a description, not a prediction): "
-            + " ".join(parts)
-            + legend
+            "genuine sources by mean ψ (the study found higher went with better transfer): " + " ".join(parts) + legend
         )
+        out += psi_lines()
     if small and len(genuine) >= 2:
         out.append(
-            "- Not ranked (fewer than "
-            f"{MIN_RECORDS} records): " + ", ".join(f"{r['source']} ({int(row_number(r, 'n_records'))})" for r in small)
+            f"not ranked (under {MIN_RECORDS} records): "
+            + ", ".join(f"{r['source']} ({int(row_number(r, 'n_records'))})" for r in small)
         )
     return out

@@ -31,8 +31,10 @@ sidecars.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,13 +43,25 @@ import pandas as pd
 
 from transferdx.artifacts import COMPLETE_FILE, IncompleteOutputWarning, incomplete_output
 from transferdx.inputs.reading import RecordBuilder, artifact_name
-from transferdx.inputs.records import InputError, KeptTable, LoadResult, Plan, QuerySet, Record, Table
+from transferdx.inputs.records import (
+    ANCHORS,
+    POSITIVES,
+    ST_EXTRAS,
+    InputError,
+    KeptTable,
+    LoadResult,
+    Plan,
+    QuerySet,
+    Record,
+    Table,
+)
 from transferdx.inputs.tables import (
     dataset_table,
     folder_members,
     frame_table,
     held,
     is_saved_dataset,
+    negative_columns,
     pick_split,
     read_sidecars,
     read_table,
@@ -327,10 +341,70 @@ def shapes_help() -> str:
     return "; ".join(f"{fmt.name} ({fmt.shape.requires})" for fmt in FORMATS.values() if fmt.shape is not None)
 
 
+# what marks a table as one of hard negatives (a column of negatives, labels or positives), so that a
+# table with one of these that no shape reads lacks a query or a positive column: say which
+_NEGATIVE_MARKS = ("negative", "negatives", "neg", "label", "labels", "positives", "pos")
+_RECORDS_COLUMNS = ("qid", "query", "positives", "negatives")
+_FOUND_SHOWN = 8  # columns a missing-column error lists before "…"
+
+
+class MissingColumnError(InputError):
+    """A table of hard negatives without its query or positive column (:func:`missing_column`): a
+    short line, ``<file>: no positive column: expected …; found …`` (no field: the file has none)."""
+
+    def __init__(self, file: str | Path, message: str):
+        super().__init__(file, None, "<columns>", message)
+        self.args = (f"{self.file}: {message}",)
+
+
+def _listed(names: Sequence[str]) -> str:
+    shown = ", ".join(names[:_FOUND_SHOWN])
+    return shown + (", …" if len(names) > _FOUND_SHOWN else "") if names else "none"
+
+
+def _one_of(names: Sequence[str]) -> str:
+    return f"one of {', '.join(names)}" if len(names) > 1 else names[0]
+
+
+def missing_column(columns: Sequence[str]) -> str | None:
+    """The column a table of hard negatives lacks, as a short message naming what was expected and
+    what was found (``no positive column: expected one of positive, pos, answer, …; found query,
+    negative``); None when ``columns`` do not look like hard negatives (nothing marks them) or no one
+    column is missing (the general unrecognised-shape error then lists the shapes)."""
+    cols = [str(c) for c in columns]
+    present = set(cols)
+    marked = bool(present & set(_NEGATIVE_MARKS) or negative_columns(cols))
+    if not marked:
+        return None
+    found = _listed(cols)
+    if present & {"positives", "negatives"}:  # the records shape
+        lacking = [c for c in _RECORDS_COLUMNS if c not in present]
+        return f"no {lacking[0]} column: records need {', '.join(_RECORDS_COLUMNS)}; found {found}" if lacking else None
+    anchors = ("query",) if "neg" in present else ANCHORS
+    positives = ("pos",) if "neg" in present else (POSITIVES[0], "pos", *POSITIVES[1:])
+    has_anchor = bool(present & set(anchors))
+    has_positive = bool(present & set(positives))
+    negatives = present & {"negative", "neg", "label", "labels"} or negative_columns(cols)
+    if has_anchor and has_positive and not negatives:
+        return f"no negative column: expected negative, negative_1..n, label or neg; found {found}"
+    if has_anchor and has_positive:
+        return None
+    rest = [c for c in cols if c not in _NEGATIVE_MARKS and not negative_columns([c]) and c not in ST_EXTRAS]
+    if has_positive or not rest:
+        return f"no query column: expected {_one_of(anchors)}; found {found}"
+    if has_anchor or len(rest) == 1:
+        return f"no positive column: expected {_one_of(positives)}; found {found}"
+    return f"cannot tell the query and positive columns: name them {anchors[0]} and {positives[0]}; found {found}"
+
+
 def read_shaped(table: Table, builder: RecordBuilder, source: str | None, default: str = "") -> LoadResult:
     """Recognise ``table``'s shape and read it (through ``builder``) into ``source``'s records
-    (``default`` names the source when none is given and the rows do not name theirs)."""
+    (``default`` names the source when none is given and the rows do not name theirs). A table of
+    hard negatives missing its query or positive column is a short error naming the column
+    (:func:`missing_column`); any other unrecognised table, one listing the shapes read."""
     found = detect_shape(table.columns)
+    if found is None and not near_misses(table.columns) and (missing := missing_column(table.columns)):
+        raise MissingColumnError(table.file, missing)
     if found is None:
         hint = ""
         if table.form in ("csv", "tsv"):
@@ -374,3 +448,67 @@ def read_corpus(format: str, path: str | Path) -> list[str]:
     """The passage texts of an external IDF corpus (``beir``, ``tsv``, ``records``)."""
     texts: list[str] = _reader(format, "corpus")(str(path))
     return texts
+
+
+# ---------------------------------------------------------------------------------------------
+# A cleaned copy read back
+# ---------------------------------------------------------------------------------------------
+
+# transferdx-clean writes the copy to <output_dir>/cleaned/ with clean.json beside that folder
+# (pipeline.cleaning.core.COPY_DIR, FILES["descriptor"]); the inputs do not import the pipeline
+CLEANED_DIR, CLEAN_FILE = "cleaned", "clean.json"
+CLEANED_MARK = "_cleaned"  # appended to a cleaned copy's source names when it is audited
+# what the copy's descriptor says of its cleaning (pipeline.cleaning.plan.cleaned_copy)
+CLEANED_FACTS = ("action", "reasons", "min_probability", "relabeled_relation", "fill", "keep")
+
+
+def cleaned_copy_facts(path: str | Path | None) -> dict[str, Any] | None:
+    """How ``path`` was cleaned when it is a ``transferdx-clean`` copy (a file or folder in
+    ``<output_dir>/cleaned/``, or that folder, with ``<output_dir>/clean.json``): the facts of
+    clean.json a copy's descriptor keeps (``cleaned``); None for anything else."""
+    if path is None:
+        return None
+    path = Path(path)
+    for folder in (path, path.parent):
+        descriptor = folder.parent / CLEAN_FILE
+        if folder.name == CLEANED_DIR and descriptor.is_file():
+            try:
+                data = json.loads(descriptor.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                return None
+            return {k: data.get(k) for k in CLEANED_FACTS} if isinstance(data, dict) else None
+    return None
+
+
+def cleaned_label(path: str | Path) -> str | None:
+    """A cleaned copy as its audit's settings name it, portably: ``cleaned/<name>`` (None when
+    ``path`` is no cleaned copy)."""
+    path = Path(path)
+    if cleaned_copy_facts(path) is None:
+        return None
+    return CLEANED_DIR if path.name == CLEANED_DIR else f"{CLEANED_DIR}/{path.name}"
+
+
+def as_cleaned_copy(loaded: LoadResult, facts: Mapping[str, Any]) -> LoadResult:
+    """``loaded`` read from a cleaned copy, for its audit: each source named ``<source>_cleaned`` (so
+    its profile, verdict and suspects are told apart from the original's) and described as cleaned
+    (``facts``: :func:`cleaned_copy_facts`, unless its descriptor already says how). The records
+    themselves are not changed; ``loaded`` is left as it is (the clean verb writes back under the
+    file's own names)."""
+
+    def name(source: str) -> str:
+        return source if not source or source.endswith(CLEANED_MARK) else source + CLEANED_MARK
+
+    out = LoadResult(
+        [dataclasses.replace(r, source=name(r.source)) for r in loaded.records],
+        [dataclasses.replace(e, source=name(e.source)) for e in loaded.exclusions],
+        {name(s): dict(d) for s, d in loaded.descriptors.items()},
+        {name(s): list(rows) for s, rows in loaded.false_negatives.items()},
+        loaded.relevant_grade,
+        unwritable=list(loaded.unwritable),
+        origins={(name(s), q): where for (s, q), where in loaded.origins.items()},
+    )
+    for source in out.sources:
+        if "cleaned" not in out.descriptors.get(source, {}):
+            out.describe(source, cleaned=dict(facts))
+    return out

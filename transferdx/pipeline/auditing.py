@@ -17,6 +17,7 @@ from transferdx.auditing.result import Audit
 from transferdx.auditing.values import SemanticSettings
 from transferdx.embed import EmbeddingCache
 from transferdx.inputs.records import LoadResult, Record, sample_queries
+from transferdx.inputs.registry import as_cleaned_copy, cleaned_copy_facts, cleaned_label
 from transferdx.pipeline.encoders import EncoderLike, make_encoder, make_tokenizer
 from transferdx.pipeline.loading import load, with_self_controls
 from transferdx.pipeline.settings import AuditOptions
@@ -40,9 +41,24 @@ def require_records(loaded: LoadResult, label: str | None, out: Path) -> None:
 
 def portable_label(label: str | Path) -> str:
     """An input as artifacts name it: a path by its last component (file or folder name), so the
-    same data gives the same bytes wherever it lives; anything else (a dataset name) as it is."""
+    same data gives the same bytes wherever it lives, a ``transferdx-clean`` copy as
+    ``cleaned/<name>`` (told apart from the original it was cleaned from); anything else (a dataset
+    name) as it is."""
     text = str(label)
-    return Path(text).name or text if ("/" in text or "\\" in text or Path(text).exists()) else text
+    if "/" in text or "\\" in text or Path(text).exists():
+        return cleaned_label(text) or Path(text).name or text
+    return text
+
+
+def command_settings(options: AuditOptions) -> dict[str, Any]:
+    """What the settings of a command-line audit add for the commands it prints
+    (:func:`transferdx.auditing.commands.clean_command`) and for report.md: ``input``, the input read
+    as an absolute path, and ``read_with``, the other settings the input was read with (``data`` and
+    its ``data.*`` overrides, ``diagnostics``). Empty for an audit called from Python; never in
+    profile.json (which names the input by its name only, :func:`portable_label`)."""
+    rest = {str(k): v for k, v in options.command.items() if k != "input"}
+    out: dict[str, Any] = {"input": str(options.command["input"])} if "input" in options.command else {}
+    return out | ({"read_with": rest} if rest else {})
 
 
 def recorded_settings(options: AuditOptions, encoder: EmbeddingCache | None, sampled_out: int) -> dict[str, Any]:
@@ -107,6 +123,8 @@ def prepare_audit(
     if options.label is None and isinstance(records, (str, Path)):
         options = dataclasses.replace(options, label=str(records))
     loaded = load(records, on_error=options.on_error)
+    if isinstance(records, (str, Path)) and (cleaned := cleaned_copy_facts(records)) is not None:
+        loaded = as_cleaned_copy(loaded, cleaned)
     if not loaded.records:  # nothing to audit: an error, not an empty profile
         raise ValueError(no_records_message(loaded, options.label or "the input"))
     loaded, sampled_out = sample_queries(loaded, options.sample_fraction, options.seed)
@@ -133,7 +151,7 @@ def audit_prepared(prepared: PreparedAudit) -> Audit:
         kinds=dict(options.kinds),
         settings=prepared.settings,
     )
-    return Audit(result, prepared.settings, input_path=options.label)
+    return Audit(result, prepared.settings | command_settings(options), input_path=options.label)
 
 
 def audit(

@@ -25,7 +25,11 @@ class AuditOptions:
     ``idf_label``); ``semantic=None`` runs the lexical audit only; ``flags``: ``envelope`` |
     ``fixed`` or a :class:`FlagSettings`; ``kinds``: source → genuine|control overrides;
     ``sample_fraction``: audit a seeded share of the queries (the same for every source); ``label``:
-    what the settings call the data."""
+    what the settings call the data; ``command``: the command-line settings a later command
+    (``transferdx-clean``) needs to read the same input as this audit did, key → value (``input``
+    as an absolute path, or ``data`` with its ``data.*`` overrides; ``diagnostics``), filled by the
+    command line (:func:`transferdx.config.read_with`) and recorded with the audit's settings
+    (:func:`transferdx.pipeline.auditing.command_settings`)."""
 
     tokenizer: str | Tokenizer = "alnum"
     tokenizer_options: Mapping[str, Any] = field(default_factory=dict)
@@ -41,6 +45,7 @@ class AuditOptions:
     seed: int = 0
     on_error: str = "raise"
     label: str | None = None
+    command: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def flag_settings(self) -> FlagSettings:

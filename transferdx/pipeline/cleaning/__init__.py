@@ -22,18 +22,22 @@ text of a relabeled one would copy a positive, so it is removed too (reason ``du
 ``both`` (filtering plus relabelling, as ARHN does) relabels the same negatives and removes every other
 suspect, the ones ``remove`` and ``relabel`` leave on the review list.
 
-**Nothing is invented.** Rows keep the negatives the cleaned record still holds, in their order;
-``keep`` (``clean.keep=K``) writes the first K accepted negatives of each row or record (a file
-mined with more negatives than it needs takes its next accepted candidates). A row that lost
-negatives takes the query's next accepted ones not already in it; a row still short of its shape
-(triplet, n-tuple: fixed slots; FlagEmbedding and records: at least one) is dropped and listed in
-``rows.csv``; list shapes (records, FlagEmbedding, labeled lists) keep a shorter list; labeled pairs
-keep a query's positive rows. ``fill`` (``clean.fill``, :data:`~transferdx.inputs.writing.FILLS`)
-asks for more: ``repeat`` refills a short row from the query's other kept negatives, then repeats
-its own; ``borrow`` also lets a query left with none take the kept negatives of the next query of
-its source (cyclically; ``borrowed_negative`` in the records view). A query left without negatives
-is listed in ``emptied.csv`` with what became of it (``fallback``); rows follow
-:func:`transferdx.inputs.writing.fill_slots`; every changed row is in ``rows.csv``.
+**Nothing is invented; every query that keeps a negative keeps its rows.** Rows keep the negatives
+the cleaned record still holds, in their order; ``keep`` (``clean.keep=K``) writes the first K
+accepted negatives of each row or record (a file mined with more negatives than it needs takes its
+next accepted candidates). A row that lost negatives takes the query's next accepted ones not
+already in it; a fixed-slot row (n-tuple) still short is, by default (``fill="repeat"``,
+:data:`~transferdx.inputs.writing.DEFAULT_FILL`), filled with its own remaining negatives again, in
+order (``a b c`` → ``a b c a b``; the summary says how many rows and slots), which a re-read reads
+once (:func:`~transferdx.inputs.writing.filled_width`); a row of a query left with no negative is
+dropped and listed in ``rows.csv`` (a triplet row that lost its negative is dropped); list shapes
+(records, FlagEmbedding, labeled lists) keep a shorter list; labeled pairs keep a query's positive
+rows. ``fill`` (``clean.fill``, :data:`~transferdx.inputs.writing.FILLS`): ``none`` drops a row left
+short of its shape instead; ``borrow`` also lets a query left with none take the kept negatives of
+the next query of its source (cyclically; ``borrowed_negative`` in the records view). A query left
+without negatives is listed in ``emptied.csv`` with what became of it (``fallback``); rows follow
+:func:`transferdx.inputs.writing.fill_slots`; every changed row is in ``rows.csv``;
+:func:`~.plan.kept_rows` says, before cleaning, how many rows and queries a clean keeps.
 
 The verb's room: :func:`clean` (here) loads, audits when no audit is given and composes the pure
 steps — :mod:`.core` (which negatives go), :mod:`.plan` (the copy in the input's shape, the
@@ -51,6 +55,8 @@ import pandas as pd
 
 from transferdx.auditing.result import Audit
 from transferdx.diagnostics.suspicion import MIN_PROBABILITY, TEXT_REASONS
+from transferdx.inputs.registry import CLEANED_MARK, cleaned_copy_facts
+from transferdx.inputs.writing import DEFAULT_FILL
 from transferdx.pipeline.auditing import audit
 from transferdx.pipeline.cleaning.core import clean_records, reasons_of, review_table, with_context
 from transferdx.pipeline.cleaning.plan import (
@@ -76,7 +82,7 @@ def clean(
     reasons: Sequence[str] | None = None,
     action: str = "remove",
     min_probability: float | str | None = "auto",
-    fill: str = "none",
+    fill: str = DEFAULT_FILL,
     keep: int | None = None,
     out: str | Path | None = None,
     encoder: EncoderLike | None = "minilm_l6",
@@ -99,9 +105,11 @@ def clean(
     records or its per-negative frame; without it the records are audited here (``encoder``,
     ``options`` and keyword ``overrides`` as :func:`transferdx.audit`; no encoder when every reason
     asked for is a text reason). Nothing is invented: ``keep`` writes the first ``keep`` accepted
-    negatives of each row or record; a row left short of its shape is dropped and listed unless
-    ``fill`` asks to ``repeat`` (refill, repeat) or ``borrow`` (also lend the next query's negatives
-    to a query left with none). With ``out`` the copy is written there (:meth:`CleanResult.save`)."""
+    negatives of each row or record; a row left short of its shape is refilled from its query's other
+    kept negatives, then filled with its own again in order (``fill="repeat"``, the default: every
+    query that keeps a negative keeps its rows), or dropped and listed (``"none"``), or, for a query
+    left with none, given the next query's (``"borrow"``). With ``out`` the copy is written there
+    (:meth:`CleanResult.save`)."""
     if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
         raise ValueError(f"clean keep must be a positive integer or None, got {keep!r}")
     options = dataclasses.replace(options or AuditOptions(), **overrides)
@@ -120,6 +128,10 @@ def clean(
         frame = result.result.negatives
     else:
         frame = audit_result.result.negatives if isinstance(audit_result, Audit) else audit_result
+    if audit_result is not None and isinstance(records, (str, Path)) and cleaned_copy_facts(records) is not None:
+        # the audit of a cleaned copy names its sources <source>_cleaned (as_cleaned_copy); the copy's
+        # records, and the tables written back, keep the file's own names
+        frame = frame.assign(source=frame["source"].astype(str).str.removesuffix(CLEANED_MARK))
     chosen = reasons_of(frame, reasons)
     queries, removed, emptied = clean_records(
         loaded.records, frame, reasons=chosen, action=action, min_probability=min_probability, fill=fill
