@@ -238,7 +238,9 @@ def test_several_input_files_build_controls_from_all(tmp_path):
     assert built["sample"] == {"records": 50, "of": 40 + 44, "seed": 0} and len(shuffled) == 50
     full, _ = tdx.pipeline.with_self_controls(tdx.load([a, b]), ["easy_shuffled"], sample=None)
     assert {r.qid for r in full.records if r.source == "easy_shuffled"} == only_a | only_b | both
-    assert "built from `a` and `b`'s own records" in result.verdict()
+    assert "built from `a` and `b`'s own records and passages, each on a seeded sample of 50 of its 84 records" in (
+        result.verdict()
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -238,8 +238,9 @@ def _by_construction(row: Mapping[str, Any], ctx: Context) -> Finding | None:
     )
 
 
-def _where(ctx: Context) -> str:
-    return str(ctx.settings.get("_suspects_where") or "suspects.csv lists them")
+def _where(settings: Mapping[str, Any]) -> str:
+    """Where the suspects are listed: suspects.csv, or ``.suspects`` when nothing was written."""
+    return str(settings.get("_suspects_where") or "suspects.csv lists them")
 
 
 def _review(row: Mapping[str, Any], ctx: Context) -> Finding | None:
@@ -267,7 +268,7 @@ def _review(row: Mapping[str, Any], ctx: Context) -> Finding | None:
             lines.append(f"against the other sources' range (envelope): {row.get('flag_reasons')}")
         if not cleans and f.n_act:
             lines += [f"default cleaning would remove {f.n_act} of them: {_removable(f)}", *_keeps(f)]
-    act = f"read them before training ({_where(ctx)}, most probable first)" if enough else ""
+    act = f"read them before training ({_where(ctx.settings)}, most probable first)" if enough else ""
     if enough and not cleans and f.n_act:
         act += f"; {clean_command(ctx.settings, ctx.input_path)} removes the {f.n_act}"
     return Finding(number, tuple(lines), act)
@@ -308,7 +309,7 @@ def _unseen(row: Mapping[str, Any], ctx: Context) -> Finding | None:
         number,
         tuple(lines),
         "check: audit it with a second encoder (`backbone=static_minilm` or `backbone=mpnet_base`), score it with"
-        f" a cross-encoder, or read the suspects ({_where(ctx)})",
+        f" a cross-encoder, or read the suspects ({_where(ctx.settings)})",
     )
 
 
@@ -419,7 +420,7 @@ def _evidence(
         )
         out.append(
             f"suspects: {f.n_suspects} of {f.n_negatives} negatives ({_ci(row, 'fn_suspect_rate', True)}){expected}"
-            + (f"; {_where_of(settings)}, most probable first" if f.n_suspects else "")
+            + (f"; {_where(settings)}, most probable first" if f.n_suspects else "")
         )
     inv = row_number(row, "inversion_rate")
     if not math.isnan(inv):
@@ -429,10 +430,6 @@ def _evidence(
     if semantic and mode == "fixed" and (compared := _fixed_comparison(row, FIXED)):
         out.append(f"the study's values, fixed on another encoder and data set (reference only): {', '.join(compared)}")
     return out
-
-
-def _where_of(settings: Mapping[str, Any]) -> str:
-    return str(settings.get("_suspects_where") or "suspects.csv lists them")
 
 
 def verdict_parts(
@@ -556,8 +553,10 @@ def _controls_lines(
     built = settings.get("self_controls")
     if built:
         whose = " and ".join(f"`{p}`" for p in _parents(settings))
+        sample = built.get("sample") or {}
         out.append(
             f"the controls were built from {whose}'s own records and passages"
+            + (f", each on a seeded sample of {sample['records']} of its {sample['of']} records" if sample else "")
             + (
                 "; not built: " + "; ".join(f"{k} ({v})" for k, v in sorted(built["skipped"].items()))
                 if built.get("skipped")

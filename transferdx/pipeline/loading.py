@@ -8,10 +8,13 @@ run reads (:func:`load_inputs`, :func:`build_inputs`, :func:`source_records`, fr
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from transferdx.embed import EmbeddingCache
 from transferdx.inputs import registry
@@ -19,7 +22,7 @@ from transferdx.inputs.records import LoadResult, QuerySet, Record
 from transferdx.inputs.trec_dl import load_trec_dl
 from transferdx.pipeline.encoders import EncoderLike, make_encoder
 from transferdx.pipeline.settings import DEFAULT_SOURCES, InputSettings
-from transferdx.sources.build import build_from_context, controls_from_records
+from transferdx.sources.build import build_from_context, controls_from_records, pooled_parent
 from transferdx.sources.context import BuildContext
 from transferdx.sources.controls import CONTROLS
 
@@ -183,6 +186,52 @@ def build_sources(
 # ---------------------------------------------------------------------------------------------
 
 
+# A control record costs the audit what a record of the input costs it less the encoding (its passages
+# are the input's own, already encoded), and nearly all of that is the composite's bootstrap, per
+# source: on a mined SciFact file (807 records × 5 negatives, 2 shared AVX2 cores, profiled warm) the
+# eight full controls took 8 × ~27 s of a 271 s audit, building them 1.2 s. A sixteenth of the records
+# per control puts the eight at ≲ 10% of a cold audit (measured: +3 s, 2% of it, in
+# benchmarks/bench_mined.py) and caught the same 8 of 8 as the full controls there; below
+# CONTROL_SAMPLE_MIN records a control's rates are too noisy for the saving, so a small input keeps all.
+CONTROL_SAMPLE_SHARE = 1 / 16
+CONTROL_SAMPLE_MIN = 50
+
+
+def control_sample_size(n_records: int) -> int:
+    """How many of ``n_records`` parent records each control keeps under ``sample="auto"``:
+    ⌈n / 16⌉, at least :data:`CONTROL_SAMPLE_MIN`, at most n."""
+    return min(n_records, max(CONTROL_SAMPLE_MIN, math.ceil(n_records * CONTROL_SAMPLE_SHARE)))
+
+
+def sample_controls(
+    built: LoadResult, parents: Sequence[str], sample: int | str | None = "auto", seed: int = 0
+) -> tuple[LoadResult, dict[str, Any]]:
+    """The controls of a seeded sample of their parent records (``parents``: their qids, as the
+    controls name them) — the same records in every control, each as the full build made it — and
+    what to record (``{"sample": {"records", "of", "seed"}}``; ``{}`` when every record is kept).
+    ``sample``: ``"auto"`` (:func:`control_sample_size`), a number of records, or None (all)."""
+    qids = sorted(set(parents))
+    if sample is None:
+        return built, {}
+    if sample == "auto":
+        n = control_sample_size(len(qids))
+    elif isinstance(sample, int) and not isinstance(sample, bool) and sample >= 1:
+        n = min(sample, len(qids))
+    else:
+        raise ValueError(f"the controls' sample is 'auto', a number of records ≥ 1 or None (all); got {sample!r}")
+    if n >= len(qids):
+        return built, {}
+    picks = np.random.default_rng([seed, 0xC0]).choice(len(qids), size=n, replace=False)
+    kept = {qids[i] for i in picks}
+    out = LoadResult(
+        [r for r in built.records if r.qid in kept],
+        [e for e in built.exclusions if not e.qid or e.qid in kept],
+        {name: dict(d) for name, d in built.descriptors.items()},
+        {name: [row for row in rows if row[0] in kept] for name, rows in built.false_negatives.items()},
+    )
+    return out, {"sample": {"records": n, "of": len(qids), "seed": seed}}
+
+
 def with_self_controls(
     loaded: LoadResult,
     controls: str | Sequence[str],
@@ -190,14 +239,19 @@ def with_self_controls(
     kinds: Mapping[str, str] | None = None,
     encoder: EmbeddingCache | None = None,
     seed: int = 0,
+    sample: int | str | None = "auto",
 ) -> tuple[LoadResult, dict[str, Any]]:
     """``loaded`` plus controls built from its own passages, with every genuine source as their parent
     (pooled: :func:`transferdx.sources.build.pooled_parent`), and what to record (``{"self_controls":
-    {parent, parents, built, skipped}}``, ``parent`` the parents joined by ``+``; ``{}``
+    {parent, parents, built, skipped[, sample]}}``, ``parent`` the parents joined by ``+``; ``{}``
     when none is built). ``controls``: ``"auto"`` (all eight when there are fewer than two genuine
     sources or no control), ``"all"``, a list of names, or ``"none"``; a name already among the
     sources is not built again. ``kinds``: source → genuine|control overrides of the records'
-    own. ``encoder`` is needed for ``neighbor_positive`` (skipped, and said so, without one)."""
+    own. ``encoder`` is needed for ``neighbor_positive`` (skipped, and said so, without one).
+
+    ``sample``: how many parent records every control keeps (:func:`sample_controls`): ``"auto"``
+    (:func:`control_sample_size`: about a sixteenth of them, at least :data:`CONTROL_SAMPLE_MIN`), a
+    number, or None (every record). A sample is recorded as ``sample: {records, of, seed}``."""
     overrides = kinds or {}
     kind = {r.source: overrides.get(r.source, r.kind) for r in loaded.records}
     genuine = sorted(s for s, k in kind.items() if k == "genuine")
@@ -214,8 +268,10 @@ def with_self_controls(
     if not wanted:
         return loaded, {}
     built, skipped = controls_from_records(loaded, wanted, genuine, encoder=encoder, seed=seed)
+    parents = [r.qid for r in pooled_parent(loaded, genuine)]
+    built, sampled = sample_controls(built, parents, sample, seed)
     parent = {"parent": "+".join(genuine), "parents": genuine}
-    record = {"self_controls": {**parent, "built": sorted(built.sources), "skipped": skipped}}
+    record = {"self_controls": {**parent, "built": sorted(built.sources), "skipped": skipped, **sampled}}
     merged = LoadResult(list(loaded.records), list(loaded.exclusions), dict(loaded.descriptors))
     merged.false_negatives.update(loaded.false_negatives)
     merged.relevant_grade = loaded.relevant_grade
