@@ -143,7 +143,9 @@ def test_every_block_runs_on_the_demo(tmp_path, data):
                 outputs[line] = proc.stdout
     # The path's files and messages: the mined file's audit, its cleaned copy, the trained model.
     audit_line = ".venv/bin/transferdx-audit input=mined.parquet output_dir=outputs/mined"
-    assert "## Verdict" in outputs[audit_line] and "**mined**" in outputs[audit_line]
+    printed = outputs[audit_line].splitlines()  # the decision first, then the report's path
+    assert printed[0].startswith("- mined (64 records) — bottom line: ") and printed[1] == ""
+    assert printed[2] == f"report: {(tmp_path / 'outputs/mined/report.md').resolve()}"
     report = (tmp_path / "outputs/mined/report.md").read_text(encoding="utf-8")
     assert report.startswith("# transferdx audit\n\n## Verdict")
     profile = (tmp_path / "outputs/mined/profile.csv").read_text(encoding="utf-8")
