@@ -18,11 +18,10 @@ from transferdx.auditing.legend import evidence, interval, signed
 from transferdx.diagnostics.fn_combined import cleaning_cut
 from transferdx.diagnostics.suspicion import (
     ACT_REASONS,
-    HIGH_PRECISION_REASONS,
-    MIN_PROBABILITY,
     PROBABILITY_REASON,
     SUSPECT_REASONS,
     MarginMining,
+    acted_on,
     margin_mining,
 )
 
@@ -30,46 +29,11 @@ if TYPE_CHECKING:
     from transferdx.auditing.audit import AuditResult
 
 
-def _effect(arm: Mapping[str, Any]) -> str:
-    """``+0.004 [−0.010, +0.018], not told apart from no change`` (or a gain / a loss when the
-    interval excludes 0)."""
-    low, high = arm["interval"]
-    word = "a gain" if low > 0 else "a loss" if high < 0 else "not told apart from no change"
-    return f"{arm['vs_raw']:+.3f} [{low:+.3f}, {high:+.3f}], {word}"
-
-
 def _change(arm: Mapping[str, Any]) -> str:
     """``+0.004 [−0.010, +0.018]``, with ``(a gain)`` / ``(a loss)`` when the interval excludes 0."""
     low, high = arm["interval"]
     word = " (a gain)" if low > 0 else " (a loss)" if high < 0 else ""
     return f"{arm['vs_raw']:+.3f} [{low:+.3f}, {high:+.3f}]{word}"
-
-
-def cleaning_evidence() -> str:
-    """What following the default cleaning did to trained retrievers in the package's own experiment,
-    in words, from :func:`evidence`: per run (miner), the default cleaning's and the oracle's change of
-    nDCG@10 on held-out queries against training on the file as mined, and the design's MDD."""
-    e = evidence()["cleaning"]
-    parts = []
-    for r in e["runs"].values():
-        arms = r["arms"]
-        low, high = r["raw_vs_frozen_interval"]
-        unmeasured = (
-            f"; training on that file did not beat the untrained model on these queries ({r['raw_vs_frozen']:+.3f}"
-            f" [{low:+.3f}, {high:+.3f}]), so there the effect on transfer is unmeasured"
-            if low <= 0
-            else ""
-        )
-        parts.append(
-            f"{r['label']}: {_effect(arms['tdx_default'])} (removing every judged false negative instead:"
-            f" {_effect(arms['oracle'])}; detectable: ±{arms['tdx_default']['mdd']:.3f}{unmeasured})"
-        )
-    first = next(iter(e["runs"].values()))
-    return (
-        f"in the package's own training test (TREC-DL19 + DL21 single-label files, {e['k']} negatives from each"
-        f" miner's ranking, {e['backbone']}, {e['seeds']} seeds, nDCG@10 on {first['n_queries']} held-out queries;"
-        " experiments/results/cleaning) this cleaning changed the trained retriever by " + "; ".join(parts)
-    )
 
 
 @dataclass(frozen=True)
@@ -129,16 +93,6 @@ def _mean(values: np.ndarray) -> float | None:
     return float(values.mean()) if len(values) and not np.isnan(values).any() else None
 
 
-def _removed(negatives: pd.DataFrame, prob: np.ndarray) -> np.ndarray:
-    """Per negative, whether default cleaning removes it (a reason of
-    :data:`~transferdx.diagnostics.suspicion.ACT_REASONS`; an unscored one is not removed for it)."""
-    out = np.nan_to_num(prob, nan=-1.0) >= MIN_PROBABILITY
-    for reason in HIGH_PRECISION_REASONS:
-        if (column := f"fn_{reason}") in negatives:
-            out |= negatives[column].fillna(False).to_numpy(dtype=bool)
-    return out
-
-
 def _sum(values: np.ndarray) -> float | None:
     """Σ of ``values`` (0 for none), None where one is not scored."""
     return None if np.isnan(values).any() else float(values.sum())
@@ -167,7 +121,7 @@ def source_facts(
         else np.full(len(negatives), np.nan)
     )
     held = _held(suspects)
-    removed = _removed(negatives, prob)
+    removed = acted_on(negatives)
     left = np.bincount(owner[~removed], minlength=len(records)) if len(owner) else np.zeros(len(records), dtype=int)
     rec_source = records["source"].to_numpy()
     s_qn = negatives["s_qn"].to_numpy(dtype=np.float64) if scored else None
@@ -223,27 +177,6 @@ def audit_facts(result: AuditResult) -> dict[str, SourceFacts]:
     return source_facts(result.suspect_values, result.negatives, result.records, result.profile.descriptors, alpha)
 
 
-def precision_text(rule: str, full: bool = False) -> str:
-    """``precision 0.665 [0.570, 0.764] on TREC-DL19 (base rate 0.575) and 0.600 [0.508, 0.688] on
-    TREC-DL21 (base rate 0.454) deep judgments`` of a rule, read from :func:`evidence` (each year where it suspected
-    something), or that it was not measured there. ``full``: with each year's size and the encoder."""
-    e = evidence()["rule_precision"]
-    parts = []
-    for year, m in e["rules"].get(rule, {}).items():
-        if m is None:
-            continue
-        y = e["years"][year]
-        size = f", {y['n_negatives']:,} negatives of {y['n_queries']} queries" if full else ""
-        parts.append(
-            f"{m['precision']:.3f} [{m['interval'][0]:.3f}, {m['interval'][1]:.3f}] on {y['name']}"
-            f" (base rate {y['base_rate']:.3f}{size})"
-        )
-    if not parts:
-        return "not measured on deep judgments (no instance in TREC-DL19 or DL21)"
-    encoder = f", {e['encoder']}" if full else ""
-    return f"precision {' and '.join(parts)} deep judgments{encoder}"
-
-
 def precision_lines(rule: str, label: str) -> list[str]:
     """One line per year of a rule's measured precision on deep judgments (:func:`evidence`), each
     with its base rate, size and encoder: what the verdict states once per run."""
@@ -273,8 +206,8 @@ def calibration_lines() -> list[str]:
 
 
 def cleaning_lines() -> list[str]:
-    """What following the default cleaning did to trained retrievers (:func:`cleaning_evidence`), one
-    line per miner."""
+    """What following the default cleaning did to trained retrievers one line per
+    miner."""
     e = evidence()["cleaning"]
     first = next(iter(e["runs"].values()))
     out = [

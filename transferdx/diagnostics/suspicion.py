@@ -152,11 +152,15 @@ def suspect_order(
 
 
 def acted_on(flags: pd.DataFrame) -> np.ndarray:
-    """Per row of :func:`suspect_negatives`' frame: whether default cleaning removes it (a reason of
-    :data:`ACT_REASONS` holds)."""
-    out = np.asarray(flags["fn_probability"].to_numpy(dtype=np.float64) >= MIN_PROBABILITY)
+    """Per row of :func:`suspect_negatives`' frame (or the audit's per-negative table): whether default
+    cleaning removes it (a reason of :data:`ACT_REASONS` holds; a reason the frame has no column for,
+    as in a lexical audit, does not)."""
+    out = np.zeros(len(flags), dtype=bool)
+    if "fn_probability" in flags:
+        out |= flags["fn_probability"].to_numpy(dtype=np.float64) >= MIN_PROBABILITY
     for reason in HIGH_PRECISION_REASONS:
-        out = out | flags[f"fn_{reason}"].fillna(False).to_numpy(dtype=bool)
+        if (column := f"fn_{reason}") in flags:
+            out |= flags[column].fillna(False).to_numpy(dtype=bool)
     return out
 
 
