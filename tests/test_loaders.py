@@ -203,11 +203,14 @@ def test_registry_and_slices():
         "msmarco_triples",
         "flagembedding",
         "st_hard_negatives",
+        "idlist",
+        "tevatron",
         "trec_dl",
         "demo",
     }
     assert set(names("query_set")) == {"beir", "trec_dl_pool", "demo_pool"}
-    assert names("shape") == ["flagembedding", "ntuple", "triplet", "labeled_list", "labeled_pair", "records"]
+    shapes = ["flagembedding", "ntuple", "triplet", "labeled_list", "labeled_pair", "tevatron", "records"]
+    assert names("shape") == shapes
     with pytest.raises(ValueError, match="unknown input format 'csv'"):
         load("x", format="csv")
     with pytest.raises(ValueError, match="'beir' is a query set, not records"):

@@ -69,6 +69,21 @@ def _labeled_pair() -> list[dict[str, Any]]:
     return rows
 
 
+def _scored_pair() -> list[dict[str, Any]]:
+    """``mine_hard_negatives(output_format="labeled-pair", output_scores=True)``: no label, each
+    query's block its positive first, then its negatives by descending score."""
+    rows = []
+    for q, p, ns in QUERIES:
+        rows += [{"anchor": q, "positive": p, "score": 0.9}]
+        rows += [{"anchor": q, "positive": n, "score": 0.5 - k / 10} for k, n in enumerate(ns)]
+    return rows
+
+
+def _by_order() -> list[dict[str, Any]]:
+    """Columns no shape names (read by their order: anchor, positive, negatives)."""
+    return [{"q": q, "a": p} | {f"x{i}": n for i, n in enumerate(ns, 1)} for q, p, ns in QUERIES]
+
+
 def _flag() -> list[dict[str, Any]]:
     return [{"query": q, "pos": [p], "neg": ns} for q, p, ns in QUERIES]
 
@@ -78,6 +93,23 @@ def _records() -> list[dict[str, Any]]:
         {"qid": f"q{i}", "query": q, "positives": [p], "negatives": ns, "source": "mined"}
         for i, (q, p, ns) in enumerate(QUERIES)
     ]
+
+
+def _tevatron(subset: bool = True) -> list[dict[str, Any]]:
+    """Tevatron rows (``{docid, title, text}`` passages; a title that Tevatron joins back with a
+    space, and one passage without a title); with ``subset``, two subsets (two sources)."""
+
+    def passage(docid: str, text: str) -> dict[str, Any]:
+        title, _, rest = text.partition(" ")
+        return {"docid": docid, "title": title, "text": rest}
+
+    rows = []
+    for i, (q, p, ns) in enumerate(QUERIES):
+        negatives = [passage(f"n{i}{j}", n) for j, n in enumerate(ns)]
+        negatives[-1] = {"docid": f"n{i}{len(ns) - 1}", "text": ns[-1]}
+        row = {"query_id": f"{100 + i}", "query": q, "positive_passages": [passage(f"p{i}", p)]}
+        rows.append(row | {"negative_passages": negatives} | ({"subset": "ab"[i % 2]} if subset else {}))
+    return rows
 
 
 def _triples_tsv(folder: Path) -> tuple[Path, dict]:
@@ -140,6 +172,30 @@ def _trec_dl(folder: Path) -> tuple[Path, dict]:
     return root, {"format": "trec_dl", "k": 8}
 
 
+def _id_lists(form: str) -> Callable[[Path], tuple[Path, dict]]:
+    """An id table (query_id, pos_id, neg_ids, pos_score, neg_scores) in ``form`` with a corpus
+    JSONL and a queries Parquet beside it (:mod:`transferdx.inputs.idlists`)."""
+
+    def make(folder: Path) -> tuple[Path, dict]:
+        texts: dict[str, str] = {}
+        rows = []
+        for i, (_q, p, ns) in enumerate(QUERIES):
+            ids = [texts.setdefault(t, f"{len(texts)}") for t in (p, *ns)]
+            scores = [0.5 - 0.1 * j for j in range(len(ns))]
+            rows.append(
+                {"query_id": f"q{i}", "pos_id": ids[0], "neg_ids": ids[1:], "pos_score": 0.9, "neg_scores": scores}
+            )
+        corpus = pd.DataFrame({"passage_id": list(texts.values()), "passage": list(texts)})
+        corpus.to_json(folder / "corpus.jsonl", orient="records", lines=True, force_ascii=False)
+        pd.DataFrame(
+            {"query_id": [f"q{i}" for i in range(len(QUERIES))], "query": [q for q, _, _ in QUERIES]}
+        ).to_parquet(folder / "queries.parquet")
+        path, _ = _table(rows, "ids", form)(folder)
+        return path, {"corpus": folder / "corpus.jsonl", "queries": folder / "queries.parquet"}
+
+    return make
+
+
 CASES: dict[str, tuple[str, Callable[[Path], tuple[Path, dict]]]] = {  # case â†’ (format, input maker)
     "ntuple-parquet": ("ntuple", _table(_ntuple(), "mined", "parquet")),
     "ntuple-tsv-lines": ("ntuple", _ntuple_lines),
@@ -147,6 +203,9 @@ CASES: dict[str, tuple[str, Callable[[Path], tuple[Path, dict]]]] = {  # case â†
     "labeled_list-parquet": ("labeled_list", _table(_labeled_list(), "mined", "parquet")),
     "labeled_list-jsonl.gz": ("labeled_list", _table(_labeled_list(), "mined", "jsonl.gz")),
     "labeled_pair-csv": ("labeled_pair", _table(_labeled_pair(), "mined", "csv")),
+    "labeled_pair-scored-parquet": ("labeled_pair", _table(_scored_pair(), "mined", "parquet")),
+    "labeled_pair-scored-csv": ("labeled_pair", _table(_scored_pair(), "mined", "csv")),
+    "ntuple-by-order-jsonl": ("ntuple", _table(_by_order(), "mined", "jsonl")),
     "flagembedding-jsonl": ("flagembedding", _table(_flag(), "mined", "jsonl")),
     "records-jsonl": ("records", _table(_records(), "mined", "jsonl")),
     "records-parquet": ("records", _table(_records(), "mined", "parquet")),
@@ -154,6 +213,12 @@ CASES: dict[str, tuple[str, Callable[[Path], tuple[Path, dict]]]] = {  # case â†
     "msmarco_triples-tsv.gz-by-shape": ("msmarco_triples", _triples_by_shape),
     "st_hard_negatives-jsonl.gz": ("st_hard_negatives", _hard_negatives),
     "trec_dl": ("trec_dl", _trec_dl),
+    "idlist-parquet": ("idlist", _id_lists("parquet")),
+    "idlist-jsonl": ("idlist", _id_lists("jsonl")),
+    "tevatron-jsonl": ("tevatron", _table(_tevatron(), "rlhn", "jsonl")),
+    "tevatron-jsonl.gz": ("tevatron", _table(_tevatron(subset=False), "msmarco-passage", "jsonl.gz")),
+    "tevatron-parquet": ("tevatron", _table(_tevatron(), "rlhn", "parquet")),
+    "tevatron-csv": ("tevatron", _table(_tevatron(), "rlhn", "csv")),
 }
 
 

@@ -6,6 +6,7 @@ every unrecognised shape or bad value is one located error."""
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import math
 import re
@@ -31,7 +32,7 @@ FORMATS = {  # name → mine_hard_negatives keyword arguments
     "n-tuple-scores": {"output_format": "n-tuple", "output_scores": True},
     "labeled-list": {"output_format": "labeled-list"},
     "labeled-list-scores": {"output_format": "labeled-list", "output_scores": True},
-    "labeled-pair-scores": {"output_format": "labeled-pair", "output_scores": True},  # refused (below)
+    "labeled-pair-scores": {"output_format": "labeled-pair", "output_scores": True},  # read by order (below)
 }
 READ = [name for name in FORMATS if name != "labeled-pair-scores"]
 SCORED = {"triplet-scores", "n-tuple-scores", "labeled-list-scores"}
@@ -212,27 +213,39 @@ def test_mined_output_loads_in_every_form(mined, fmt, tmp_path):
 
 
 @pytest.mark.slow
-def test_labeled_pair_with_scores_is_refused_with_the_reason(mined, tmp_path):
-    """The miner's ``labeled-pair`` with ``output_scores=True`` replaces the label with the score, so
-    its rows do not say which are positives (SciFact's slice has anchors with several). Kills: the
-    file read by a guess (a second positive becomes a negative), or refused with the generic list of
-    shapes only, which does not tell the user what to mine instead."""
+def test_labeled_pair_with_scores_is_read_by_the_miners_order(mined, tmp_path):
+    """The miner's ``labeled-pair`` with ``output_scores=True`` replaces the label with the score:
+    read by what its code guarantees (each query's rows contiguous, positives first, negatives by
+    descending score; how many positives is not written), the first row of each query's block is its
+    positive, the rest its negatives, scores on the passages. SciFact's slice has anchors with
+    several positives: their second positive is read as a negative, and the descriptor counts the
+    queries whose rows after the first are not in descending order, as computed here from the rows.
+    Kills: the file refused, a score lost, the rule or the count missing from the descriptor."""
     ds = mined["labeled-pair-scores"]
-    assert ds.column_names == ["anchor", "positive", "score"]  # the miner's layout this refusal is about
+    assert ds.column_names == ["anchor", "positive", "score"]  # the miner's layout this rule is about
+    anchors, docs, scores = ds["anchor"], ds["positive"], ds["score"]
+    blocks: dict[str, list[tuple[str, float]]] = {}
+    for i, a in enumerate(anchors):
+        assert a not in blocks or anchors[i - 1] == a  # contiguous, as the miner writes them
+        blocks.setdefault(a, []).append((docs[i], scores[i]))
+    unsorted = sum(any(x[1] < y[1] for x, y in itertools.pairwise(b[1:])) for b in blocks.values())
     for form in ("parquet", "csv", "jsonl"):
-        path = _save(ds, form, tmp_path / form)
-        with pytest.raises(InputError) as info:
-            tdx.load(path)
-        message = str(info.value)
-        assert message.startswith(str(path)) and "'<columns>'" in message
-        assert "output_format='labeled-pair', output_scores=True" in message
-        assert "output_scores=False" in message and "n-tuple" in message
-    with pytest.raises(InputError, match="nothing in the file says which rows are positives"):
-        tdx.load(ds)
-    # the near miss is only that layout: with a label, or with negatives, the shapes read it
-    anchors = ds["anchor"]
-    first = [int(i == 0 or anchors[i - 1] != a) for i, a in enumerate(anchors)]  # as labels: the shape reads it
-    assert len(tdx.load(ds.add_column("label", first).remove_columns("score")).records) == len(set(anchors))
+        loaded = tdx.load(_save(ds, form, tmp_path / form))
+        by_query = {r.query: r for r in loaded.records}
+        assert list(by_query) == list(blocks), form
+        for query, rows in blocks.items():
+            rec = by_query[query]
+            assert [(p.text, p.score) for p in rec.positives] == [(rows[0][0], pytest.approx(rows[0][1], abs=1e-6))]
+            assert [n.text for n in rec.negatives] == [t for t, _ in rows[1:]], form
+            assert [n.score for n in rec.negatives] == pytest.approx([s for _, s in rows[1:]], abs=1e-6)
+        summary = loaded.descriptors["mined"]["scored_pairs"]
+        assert summary["queries"] == len(blocks) and summary["queries_not_descending"] == unsorted, form
+        assert "first row of each query's block is its positive" in summary["rule"]
+    # with a label column the label decides, the score stays on the passages
+    first = [int(i == 0 or anchors[i - 1] != a) for i, a in enumerate(anchors)]
+    labeled = tdx.load(ds.add_column("label", first))
+    assert len(labeled.records) == len(blocks) and "scored_pairs" not in labeled.descriptors["dataset"]
+    assert all(n.score is not None for r in labeled.records for n in r.negatives)
 
 
 def _psi(query: str, negative: str, idf: dict[str, float]) -> float:

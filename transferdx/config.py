@@ -209,19 +209,23 @@ def data_options(cfg: DictConfig) -> tuple[str, dict[str, Any]]:
 
 
 # the options of the data presets that name a file or folder (made absolute in :func:`read_with`)
-DATA_PATH_OPTIONS = frozenset({"path", "root", "collection", "queries", "qrels", "topics"})
+DATA_PATH_OPTIONS = frozenset({"path", "root", "collection", "corpus", "queries", "qrels", "topics"})
 
 
 def read_with(cfg: DictConfig) -> dict[str, Any]:
     """The command-line settings a later command (the ``transferdx-clean`` the audit prints) needs to
     read the same input as this run, so that it runs as printed from any folder: ``input`` as an
-    absolute path; else ``data`` (the preset's name) with each ``data.*`` value the command line
-    changed, and each path the preset gives relative to the working folder, absolute; ``diagnostics:
-    lexical`` for a run without the encoder. ``on_error`` is an audit setting of its own."""
+    absolute path (a Hub dataset, ``hf:…``, as given: :func:`~transferdx.inputs.hub.absolute_hub_spec`);
+    else ``data`` (the preset's name) with each ``data.*`` value the command line changed, and each
+    path the preset gives relative to the working folder, absolute; ``diagnostics: lexical`` for a run
+    without the encoder. ``on_error`` is an audit setting of its own."""
+    from transferdx.inputs.hub import absolute_hub_spec, is_hub_spec
     from transferdx.presets import read_preset
 
     out: dict[str, Any] = {}
-    if path := input_path(cfg):
+    if (path := input_path(cfg)) and is_hub_spec(path) and not Path(path).exists():
+        out["input"] = absolute_hub_spec(path)  # a Hub dataset as given (a local repository folder, absolute)
+    elif path:
         out["input"] = str(Path(path).resolve())
     else:
         data_options(cfg)  # a value the preset leaves to the command line is named there first
@@ -504,7 +508,9 @@ def prepared_audit(cfg: DictConfig, options: AuditOptions, out: Path) -> Prepare
     from transferdx.inputs.registry import as_cleaned_copy, cleaned_copy_facts
 
     loaded = p.load_inputs(input_settings(cfg), encoder := build_encoder(cfg))
-    if (cleaned := cleaned_copy_facts(input_path(cfg))) is not None:  # a transferdx-clean copy, audited again
+    # a transferdx-clean copy, audited again: given as input=, or as a data preset's path (an id table
+    # is read with its lookups: data=idlist data.path=<out>/cleaned/<file> data.corpus=… data.queries=…)
+    if (cleaned := cleaned_copy_facts(input_path(cfg) or cfg.data.get("path"))) is not None:
         loaded = as_cleaned_copy(loaded, cleaned)
     p.require_records(loaded, options.label, out)
     kept = encoder if options.semantic else None

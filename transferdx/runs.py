@@ -135,9 +135,9 @@ def require_input(cfg: DictConfig) -> None:
     """``input=`` naming a file or folder that does not exist: the reader's own one-line error
     (:func:`transferdx.inputs.registry.load_path`), raised before the verb imports the pipeline
     (pandas, torch…), so that it comes in a second. A bare word may name a registered input
-    (``input=demo``): the reader decides those."""
+    (``input=demo``), and ``hf:…`` a Hub dataset: the reader decides those."""
     path = c.input_path(cfg)
-    if path and not path.isidentifier() and not Path(path).exists():
+    if path and not path.isidentifier() and not path.startswith("hf:") and not Path(path).exists():
         raise ValueError(f"{Path(path)}: field '<path>': no such file or folder")
 
 

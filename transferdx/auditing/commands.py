@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from transferdx.inputs.hub import absolute_hub_spec, is_hub_spec
 from transferdx.presets import preset_names
 
 if TYPE_CHECKING:
@@ -56,7 +57,10 @@ def override(key: str, value: Any) -> str:
 
 
 def _absolute(label: str) -> str:
-    """A path that exists, absolute (resolved), so the command runs from any folder; else as it is."""
+    """A path that exists, absolute (resolved), so the command runs from any folder (a Hub dataset,
+    ``hf:…``, with its local repository folder absolute: :func:`absolute_hub_spec`); else as it is."""
+    if is_hub_spec(label) and not Path(label).exists():
+        return absolute_hub_spec(label)
     path = Path(label)
     return str(path.resolve()) if path.exists() else label
 

@@ -13,8 +13,10 @@ shapes) the module registers the more specific shape first.
 from transferdx.inputs import (  # noqa: F401  (importing a family registers its formats)
     beir,
     flagembedding,
+    idlists,
     msmarco,
     sentence_transformers,
+    tevatron,
     transferdx_records,
     trec_dl,
 )

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from transferdx.inputs.reading import RecordBuilder, parse_slice, require_path
+from transferdx.inputs.reading import FieldProblem, RecordBuilder, parse_slice, require_path
 from transferdx.inputs.records import LoadResult, Passage, Plan, Table
 from transferdx.inputs.registry import Format, Shape, register
 from transferdx.inputs.rows import Row, RowReader, cell_list, cell_scores, cell_text, cell_texts
@@ -33,9 +33,23 @@ def _detect(columns: Sequence[str]) -> Plan | None:
     return _plan(columns) if {"query", "pos", "neg"} <= set(columns) else None
 
 
+def _texts(row: Mapping[str, Any], key: str, text_cells: bool) -> list[str]:
+    """``pos`` / ``neg``: a list of texts. A plain string is refused with why it matters:
+    FlagEmbedding's trainer samples from the value (``random.choice`` / ``random.sample``), so a
+    string would train on its characters, one passage each."""
+    value = row.get(key)
+    if isinstance(value, str) and not (text_cells and value.strip().startswith("[")):
+        raise FieldProblem(
+            key,
+            f"expected a list of texts, got a string: FlagEmbedding itself would split it into characters "
+            f'(one passage each), so write "{key}": ["…"]',
+        )
+    return cell_texts(row, key, text_cells)
+
+
 def _row(row: Mapping[str, Any], plan: Plan, text_cells: bool) -> Row:
     query = cell_text(row, "query")
-    pos, neg = cell_texts(row, "pos", text_cells), cell_texts(row, "neg", text_cells)
+    pos, neg = _texts(row, "pos", text_cells), _texts(row, "neg", text_cells)
     pos_s: list[float | None] = [None] * len(pos)
     neg_s: list[float | None] = [None] * len(neg)
     if plan["scores"]:

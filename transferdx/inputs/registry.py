@@ -2,21 +2,26 @@
 
 Every format family (one module each: :mod:`~transferdx.inputs.transferdx_records`,
 :mod:`~transferdx.inputs.sentence_transformers`, :mod:`~transferdx.inputs.flagembedding`,
-:mod:`~transferdx.inputs.msmarco`, :mod:`~transferdx.inputs.beir`, :mod:`~transferdx.inputs.trec_dl`;
-the demo in :mod:`transferdx.sources.demo`) registers a :class:`Format` under its name, with what it
-can do: ``read`` (records from a path: ``format=<name>``), ``shape`` (recognised by a table's
-columns), ``claims`` (a file or folder it reads whole, before any table is read), ``query_set``
-(queries, positives and a pool to build sources from) with ``recognises`` (a folder it is), and
-``corpus`` (passage texts for an external IDF corpus), ``write`` (a table's rows after cleaning, in
-its own shape: :func:`~transferdx.inputs.writing.rewrite`). ``names`` are words that stand for the input
-when given instead of a path (``"demo"``). Register, don't branch: an unknown name is a
+:mod:`~transferdx.inputs.msmarco`, :mod:`~transferdx.inputs.beir`, :mod:`~transferdx.inputs.trec_dl`,
+:mod:`~transferdx.inputs.tevatron`; the demo in :mod:`transferdx.sources.demo`) registers a
+:class:`Format` under its name, with what it can do: ``read`` (records from a path:
+``format=<name>``), ``shape`` (recognised by a table's columns), ``claims`` (a file or folder it
+reads whole, before any table is read), ``query_set`` (queries, positives and a pool to build
+sources from) with ``recognises`` (a folder it is), and ``corpus`` (passage texts for an external
+IDF corpus), ``write`` (a table's rows after cleaning, in its own shape:
+:func:`~transferdx.inputs.writing.rewrite`), ``chosen_by`` (options that choose its ``read`` for a
+path given without ``format=``: an id table's ``corpus=``). ``names`` are words that stand for the
+input when given instead of a path (``"demo"``). Register, don't branch: an unknown name is a
 ``ValueError`` listing the valid ones. Importing :mod:`transferdx.inputs` registers the families
 in the order below, which is also the order in which detectors are tried (the first accepts).
 
 :func:`read` chooses for records: a ``LoadResult`` as is; a ``pandas.DataFrame`` or a
 ``datasets.Dataset`` / ``DatasetDict`` (``split=``, default ``train``) by its columns
-(:func:`load_table`); a list of records as they are; a registered name (``"demo"``); a path by its
-form and shape (:func:`load_path`); and with ``format=`` the reader registered under that name.
+(:func:`load_table`); a list of records as they are; a Hub dataset, ``hf:OWNER/NAME[:CONFIG][@SPLIT]``,
+loaded by :func:`~transferdx.inputs.hub.load_hub` and read as a ``Dataset`` is (:func:`load_hub_table`);
+a registered name (``"demo"``); a path by its form and shape (:func:`load_path`), or by the reader
+an option given chooses (``Format.chosen_by``: ``corpus=`` for an id table); and with ``format=``
+the reader registered under that name.
 :func:`read_query_set` chooses for query sets; :func:`read_corpus` for external IDF corpora.
 
 A path (:func:`load_path`) is a file or a folder in JSONL, JSON, CSV, TSV, Parquet, Arrow, a
@@ -42,6 +47,7 @@ from typing import Any
 import pandas as pd
 
 from transferdx.artifacts import COMPLETE_FILE, IncompleteOutputWarning, incomplete_output
+from transferdx.inputs.hub import hub_source, is_hub_spec, load_hub
 from transferdx.inputs.reading import RecordBuilder, artifact_name
 from transferdx.inputs.records import (
     ANCHORS,
@@ -84,6 +90,10 @@ class Shape:
     # a near miss: columns this shape's family writes but that cannot be read (why, and what to do
     # instead), named first in the unrecognised-shape error; None when ``columns`` are not one
     near_miss: Callable[[Sequence[str]], str | None] | None = None
+    # a last resort, given the whole table (its cells): a plan when no shape's ``detect`` accepts the
+    # columns and none is named missing (:func:`detect_by_cells`); None when the table is not one,
+    # or why not (a string, named in the unrecognised-shape error) when it nearly is
+    by_cells: Callable[[Table], Plan | str | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -98,6 +108,8 @@ class Format:
     recognises: Callable[[Path], bool] | None = None
     corpus: Callable[[str], list[str]] | None = None
     names: tuple[str, ...] = ()
+    # options that, given with a path and no format=, choose this reader (an id table's corpus=)
+    chosen_by: tuple[str, ...] = ()
     # (table, plan, Cleaning, source) → Rewritten: the table's rows after cleaning, in its own shape
     write: Callable[..., Any] | None = None
 
@@ -163,7 +175,7 @@ def read(
 ) -> LoadResult:
     """Records to audit (see the module docstring for how ``data`` is chosen). ``format`` names a
     registered reader (``records``, ``ntuple``, ``msmarco_triples``, ``flagembedding``,
-    ``st_hard_negatives``, ``trec_dl``, ``demo``); the reader gets ``data`` as its path (or
+    ``st_hard_negatives``, ``trec_dl``, ``tevatron``, ``demo``); the reader gets ``data`` as its path (or
     ``path=``/``root=`` among ``options``, as a config gives them), ``source`` when given, and the
     options. ``on_error``: ``raise`` | ``skip`` (exclude and count). ``keep_tables``: the readers
     that can write their input back keep what they read on ``result.tables``
@@ -174,10 +186,16 @@ def read(
         return load_table(data, on_error=on_error, source=source, split=options.get("split"), keep_tables=keep_tables)
     if isinstance(data, list | tuple) and all(isinstance(r, Record) for r in data):
         return LoadResult(list(data))
+    if is_hub_spec(data) and not Path(data).exists():
+        if format is not None:
+            raise ValueError(f"{data}: a Hub dataset is read by its columns; give no format= (got {format!r})")
+        return load_hub_table(data, on_error=on_error, source=source, keep_tables=keep_tables)
     if format is None:
         if data is None:
             raise ValueError("load needs a path, a table, records, a registered name, or format=")
-        named = _named(data, "read")
+        named = _named(data, "read") or next(
+            (f for f in FORMATS.values() if f.read is not None and set(f.chosen_by) & set(options)), None
+        )
         if named is None:
             return load_path(
                 data, on_error=on_error, source=source, split=options.get("split"), keep_tables=keep_tables
@@ -284,7 +302,7 @@ def keep(
     (or ``write``/``plan`` given by a reader chosen by name); nothing is kept when that format has no
     writer or the storage form is unknown (the clean verb then writes records JSONL and says why)."""
     if write is None:
-        found = detect_shape(table.columns)
+        found = detect_shape(table.columns) or detect_by_cells(table)
         if found is None or found[0].write is None:
             result.unwritable.append(f"{name} (columns {table.columns}) has no writer")
             return
@@ -295,12 +313,31 @@ def keep(
     result.tables.append(KeptTable(table, write, plan or {}, source, storage, name, label, path, split))
 
 
+def load_hub_table(
+    spec: str, on_error: str = "raise", source: str | None = None, keep_tables: bool = False
+) -> LoadResult:
+    """A Hub dataset (``hf:OWNER/NAME[:CONFIG][@SPLIT]``: :func:`~transferdx.inputs.hub.load_hub`) read
+    as a ``Dataset`` in memory is (:func:`load_table`), as the source
+    :func:`~transferdx.inputs.hub.hub_source` names (``source=`` overrides), its errors citing the
+    spec; with ``keep_tables`` the clean verb writes its copy as ``<source>.parquet``."""
+    name = source or hub_source(spec)
+    return load_table(load_hub(spec), on_error, name, keep_tables=keep_tables, origin=spec, storage="parquet")
+
+
 def load_table(
-    data: Any, on_error: str = "raise", source: str | None = None, split: str | None = None, keep_tables: bool = False
+    data: Any,
+    on_error: str = "raise",
+    source: str | None = None,
+    split: str | None = None,
+    keep_tables: bool = False,
+    origin: str | None = None,
+    storage: str | None = None,
 ) -> LoadResult:
     """A ``pandas.DataFrame`` or a ``datasets.Dataset`` / ``DatasetDict`` in any recognised shape.
     Records-shaped rows take ``source`` as their default source; other shapes name the source
-    ``source`` (default ``dataframe`` / ``dataset``)."""
+    ``source`` (default ``dataframe`` / ``dataset``). ``origin``: what errors cite for a ``Dataset``
+    (default ``<Dataset>``); ``storage``: the form its cleaned copy is written in (default a
+    ``save_to_disk`` folder; ``parquet``: ``<source>.parquet``)."""
     if hasattr(data, "to_dict") and hasattr(data, "columns"):  # pandas.DataFrame
         table, default, storage = frame_table(data), "dataframe", "DataFrame"
     else:
@@ -309,13 +346,14 @@ def load_table(
             whole.unwritable.append("a DatasetDict in memory is written as records JSONL (pass its split)")
             return whole.extend(load_table(data, on_error, source, split))
         data = pick_split(data, "<DatasetDict>", split)
-        table, default, storage = dataset_table(data, "<Dataset>", "Dataset"), "dataset", "Dataset"
+        table, default, storage = dataset_table(data, origin or "<Dataset>", "Dataset"), "dataset", storage or "Dataset"
     table = held(table) if keep_tables else table
     builder = RecordBuilder(table.file, on_error, note_duplicates=True)
     result = read_shaped(table, builder, source, default)
     if keep_tables:
         name = source or default
-        keep(result, table, name, storage, f"{name}.parquet" if storage == "DataFrame" else name, table.file)
+        file_name = f"{name}.parquet" if storage in ("DataFrame", "parquet") else name
+        keep(result, table, name, storage, file_name, table.file)
     return result
 
 
@@ -324,6 +362,20 @@ def detect_shape(columns: Sequence[str]) -> tuple[Format, Plan] | None:
     for fmt in FORMATS.values():
         plan = None if fmt.shape is None else fmt.shape.detect(columns)
         if plan is not None:
+            return fmt, plan
+    return None
+
+
+def detect_by_cells(table: Table, why_not: list[str] | None = None) -> tuple[Format, Plan] | None:
+    """The first registered format whose shape reads ``table`` by its cells (:attr:`Shape.by_cells`:
+    a table of text columns read by their order), with its plan; tried only when no detector
+    accepts the columns. ``why_not`` collects why a shape nearly read it."""
+    for fmt in FORMATS.values():
+        plan = None if fmt.shape is None or fmt.shape.by_cells is None else fmt.shape.by_cells(table)
+        if isinstance(plan, str):
+            if why_not is not None:
+                why_not.append(plan)
+        elif plan is not None:
             return fmt, plan
     return None
 
@@ -405,11 +457,14 @@ def read_shaped(table: Table, builder: RecordBuilder, source: str | None, defaul
     found = detect_shape(table.columns)
     if found is None and not near_misses(table.columns) and (missing := missing_column(table.columns)):
         raise MissingColumnError(table.file, missing)
+    why_not: list[str] = []
+    if found is None and not near_misses(table.columns):
+        found = detect_by_cells(table, why_not)
     if found is None:
         hint = ""
         if table.form in ("csv", "tsv"):
             hint = " (a file without a header row: give format='ntuple' or 'msmarco_triples')"
-        why = "".join(f"{m}; " for m in near_misses(table.columns))
+        why = "".join(f"{m}; " for m in [*near_misses(table.columns), *why_not])
         raise InputError(
             table.file,
             None,

@@ -16,10 +16,14 @@ other names, the two columns left besides the negatives, ``scores``, ``score``, 
 - ``labeled_list``: ``QUERY, POSITIVE`` (a list of documents) and ``labels`` (1 = positive,
   0 = negative) or ``scores`` (then the first document is the positive, as ``mine_hard_negatives``
   writes it): ``output_format="labeled-list"``.
-- ``labeled_pair``: ``QUERY, POSITIVE`` (one document) and ``label`` (1 / 0):
+- ``labeled_pair``: ``QUERY, POSITIVE`` (one document) and ``label`` (1 / 0), optionally ``score``:
   ``output_format="labeled-pair"``. With ``output_scores=True`` the miner writes ``score`` instead of
-  ``label``, and nothing says which rows are positives: that file is refused with an error that says
-  so and how to mine a readable one (not guessed).
+  ``label``: read by its order (:data:`SCORED_PAIR_RULE`: the first row of each query's contiguous
+  block is its positive), the descriptor's ``scored_pairs`` counting the queries it may have misread.
+- By column order: a table no shape names, of 3+ columns of text, is read as an n-tuple the way
+  sentence-transformers' trainer reads any dataset (first anchor, second positive, the rest
+  negatives; :func:`_by_order`), the mapping said once (:class:`ColumnsByOrderWarning`) and kept in
+  the descriptor (``columns_by_order``).
 
 Rows become records as every row format's do (:mod:`transferdx.inputs.rows`): rows of one anchor
 grouped into one record; a negative that an earlier row of the anchor already gave (the miner writes
@@ -29,6 +33,8 @@ counted (``duplicate_negatives_kept``).
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,6 +45,7 @@ from transferdx.inputs.records import (
     LINES_FORM,
     LINES_HEADER_FORM,
     POSITIVES,
+    ST_EXTRAS,
     LoadResult,
     Passage,
     Plan,
@@ -50,12 +57,21 @@ from transferdx.inputs.rows import (
     RowReader,
     cell_label,
     cell_list,
+    cell_number,
     cell_scores,
     cell_text,
     cell_texts,
     pair_columns,
 )
-from transferdx.inputs.tables import form_of, held, is_saved_dataset, negative_columns, read_table, storage_form
+from transferdx.inputs.tables import (
+    form_of,
+    held,
+    is_saved_dataset,
+    negative_columns,
+    plain,
+    read_table,
+    storage_form,
+)
 from transferdx.inputs.textforms import is_gzip, read_tab_lines
 from transferdx.inputs.writing import (
     RELABEL_UNWRITTEN,
@@ -98,10 +114,11 @@ def _detect_ntuple(columns: Sequence[str]) -> Plan | None:
 
 
 def _row_ntuple(row: Mapping[str, Any], plan: Plan, text_cells: bool) -> Row:
-    """The row's own ``negative_k`` columns, in numeric order (K may vary from row to row)."""
+    """The row's own ``negative_k`` columns, in numeric order (K may vary from row to row); a table
+    read by column order (:func:`_by_order`) names its negative columns in the plan."""
     query = cell_text(row, plan["anchor"])
     positive = cell_text(row, plan["positive"])
-    columns = negative_columns(row)
+    columns = list(plan["negatives"]) if plan.get("negatives") else negative_columns(row)
     if not columns:
         raise FieldProblem("negative_1", "missing (no negative_k column)")
     negatives = [cell_text(row, c) for c in columns]
@@ -110,6 +127,77 @@ def _row_ntuple(row: Mapping[str, Any], plan: Plan, text_cells: bool) -> Row:
         scores = list(cell_scores(row, "scores", text_cells, 1 + len(negatives)))
     qid = RecordBuilder.id_field(row, "qid") if plan["qid"] else None
     return Row(query, [(positive, scores[0])], list(zip(negatives, scores[1:], strict=True)), qid)
+
+
+class ColumnsByOrderWarning(UserWarning):
+    """A table read by the order of its columns (:func:`_by_order`): says once which column is
+    which, as it is read."""
+
+
+def _not_text(table: Table, column: str) -> str | None:
+    """Why ``column`` of ``table`` is no column of passages (None when it is): a cell that is not a
+    non-empty string (its line and value), or, in a CSV/TSV (every cell text), every cell a number
+    or a printed list, text only by the file's form."""
+    cells = []
+    for line, row in zip(table.lines, table.rows, strict=True):
+        value = plain(row.get(column))
+        if not isinstance(value, str) or not value.strip():
+            return f"column {column!r} is not text at line {line} ({value!r})"
+        cells.append(value.strip())
+    if table.cells_are_text and all(_is_number(v) or (v.startswith("[") and v.endswith("]")) for v in cells):
+        return f"column {column!r} holds only numbers or lists"
+    return None
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _by_order(table: Table) -> Plan | str | None:
+    """A table no shape recognises by its column names, read as sentence-transformers' trainer
+    reads any dataset: by column order, the first the anchor, the second the positive, the rest
+    negatives, whatever their names. Only when it has at least 3 columns, every cell of each a
+    non-empty string, and none of its names is one the shapes give a meaning to (``qid``,
+    ``score``, ``label``, ...), and not a CSV/TSV whose "names" hold spaces (its first line is a
+    row, not a header): otherwise it stays the unrecognised-shape error (nothing ignored), which
+    names the column that is not text (the string returned).
+    The plan's ``by_order`` states the mapping (``anchor=q, positive=a, negatives=x1, x2``)."""
+    columns = [str(c) for c in table.columns]
+    if len(columns) < 3 or set(columns) & {*ST_EXTRAS, "negative", "negatives", "neg", "pos", "positives"}:
+        return None
+    if negative_columns(columns) or not table.rows:
+        return None
+    if table.cells_are_text and any(" " in c.strip() for c in columns):
+        return None  # a CSV/TSV whose first line is prose, not names: a file without a header row
+    for column in columns:
+        why = _not_text(table, column)
+        if why is not None:
+            return f"not read by column order (first anchor, second positive, the rest negatives): {why}"
+    negatives = columns[2:]
+    named = ", ".join(negatives) if len(negatives) <= 4 else f"{negatives[0]}..{negatives[-1]} ({len(negatives)})"
+    mapping = f"anchor={columns[0]}, positive={columns[1]}, negatives={named}"
+    plan = {"anchor": columns[0], "positive": columns[1], "negatives": negatives, "scores": False, "qid": False}
+    return plan | {"by_order": mapping}
+
+
+def _read_ntuple(table: Table, builder: RecordBuilder, source: str, plan: Plan, **options: Any) -> LoadResult:
+    """An n-tuple table: by its column names, or by their order (:func:`_by_order`; the mapping in
+    the descriptor's ``columns_by_order`` and said once, as a :class:`ColumnsByOrderWarning`)."""
+    if not plan.get("by_order"):
+        return NTUPLE.read(table, builder, source, plan, **options)
+    mapping = (
+        f"{plan['by_order']} (no column name says which is which: read by column order, as "
+        "sentence-transformers' trainer reads them)"
+    )
+    warnings.warn(f"{Path(table.file).name}: {mapping}", ColumnsByOrderWarning, stacklevel=2)
+    reader = dataclasses.replace(NTUPLE, ranking_rule="column order " + ", ".join(plan["negatives"]))
+    result = reader.read(table, builder, source, plan, **options)
+    result.describe(source, columns_by_order=mapping)
+    return result
 
 
 NTUPLE = RowReader(
@@ -232,31 +320,106 @@ def _row_labeled_list(row: Mapping[str, Any], plan: Plan, text_cells: bool) -> R
 
 
 def _detect_labeled_pair(columns: Sequence[str]) -> Plan | None:
+    """``QUERY, POSITIVE, label`` (with an optional ``score`` kept on the passages), or ``QUERY,
+    POSITIVE, score`` without a label: what ``mine_hard_negatives(output_format="labeled-pair",
+    output_scores=True)`` writes (read by the miner's order, :func:`_read_labeled_pair`)."""
     plan = _pair_plan(columns)
-    return None if plan is None or "label" not in columns else plan
+    if plan is None:
+        return None
+    if "label" in columns:
+        return plan | _pair_extras(columns)
+    if "score" in columns and not {"labels", "scores", "negative"} & set(columns) and not negative_columns(columns):
+        return plan | _pair_extras(columns)
+    return None
 
 
-def _scored_pair(columns: Sequence[str]) -> str | None:
-    """``QUERY, POSITIVE, score`` without a label: what ``mine_hard_negatives(output_format=
-    "labeled-pair", output_scores=True)`` writes. Its ``score`` replaces the label, so nothing says
-    which rows are positives (a query's positives come first, but not how many it has); not read."""
-    if _pair_plan(columns) is None or "score" not in columns or {"label", "labels", "negative"} & set(columns):
-        return None
-    if negative_columns(columns):
-        return None
-    return (
-        "these look like sentence-transformers mine_hard_negatives(output_format='labeled-pair', "
-        "output_scores=True), whose score column replaces the label: nothing in the file says which rows are "
-        "positives (a query's positives come first, but how many it has is not written), so transferdx does "
-        "not guess. Mine with output_scores=False (a label column), or with output_format='n-tuple', "
-        "'triplet' or 'labeled-list' (scores kept, the positive known)"
-    )
+def _pair_extras(columns: Sequence[str]) -> Plan:
+    return {"label": "label" if "label" in columns else None, "score": "score" if "score" in columns else None}
 
 
 def _row_labeled_pair(row: Mapping[str, Any], plan: Plan, text_cells: bool) -> Row:
     query, doc = cell_text(row, plan["anchor"]), cell_text(row, plan["positive"])
     label = cell_label(row.get("label"), "label")
-    return Row(query, [(doc, None)] if label == 1 else [], [(doc, None)] if label == 0 else [])
+    score = cell_number(row.get("score"), "score") if plan.get("score") else None
+    return Row(query, [(doc, score)] if label == 1 else [], [(doc, score)] if label == 0 else [])
+
+
+# the rule a scored labeled-pair file (no label) is read by, as its descriptor states it
+SCORED_PAIR_RULE = (
+    "no label column: each query's rows are read as mine_hard_negatives(output_format='labeled-pair', "
+    "output_scores=True) writes them, contiguous, its positives first, then its negatives by descending score; "
+    "the number of positives is not written, so the first row of each query's block is its positive and the "
+    "rest its negatives"
+)
+SCORED_PAIR_CHECK = (
+    "queries whose rows after the first are not in non-increasing score order: the miner writes negatives "
+    "sorted, so such a query likely has a second positive read as a negative (one scored at or above its "
+    "first negative does not show)"
+)
+
+
+class _Blocks:
+    """The row function of a scored labeled-pair table: rows come in table order, so the first row
+    of each query's block is its positive; a query met again after another query's rows is a
+    located problem. Counts the queries whose rows after the first are not in non-increasing score
+    order (:data:`SCORED_PAIR_CHECK`)."""
+
+    def __init__(self, lines: Sequence[int]) -> None:
+        self.lines = lines  # the table's lines: the rows are read in this order, once each
+        self.current: str | None = None
+        self.first_line: dict[str, int] = {}
+        self.last: dict[str, float] = {}  # query → the score of its last negative row read
+        self.unsorted: set[str] = set()
+        self.n = 0  # rows read so far
+
+    def __call__(self, row: Mapping[str, Any], plan: Plan, text_cells: bool) -> Row:
+        line = self.lines[self.n]
+        self.n += 1
+        query = cell_text(row, plan["anchor"])
+        if query != self.current and query in self.first_line:
+            raise FieldProblem(
+                plan["anchor"],
+                f"this query's rows are not contiguous (its block began at line {self.first_line[query]}, other "
+                "queries' rows came between): a labeled-pair file with scores and no label is read by its "
+                "order (the first row of each query's block is its positive), so its rows must be grouped",
+            )
+        first = query != self.current
+        if first:  # the block starts here even if the rest of the row is bad: its next row is no positive
+            self.current, self.first_line[query] = query, line
+        doc, score = cell_text(row, plan["positive"]), cell_number(row.get("score"), "score")
+        if first:
+            return Row(query, [(doc, score)], [])
+        if query in self.last and score > self.last[query]:
+            self.unsorted.add(query)
+        self.last[query] = score
+        return Row(query, [], [(doc, score)])
+
+
+def _read_labeled_pair(table: Table, builder: RecordBuilder, source: str, plan: Plan, **options: Any) -> LoadResult:
+    """A labeled-pair table: by its ``label`` column, or without one (scores only) by the miner's
+    order (:data:`SCORED_PAIR_RULE`; the descriptor's ``scored_pairs`` states the rule and counts
+    the queries it may have misread)."""
+    if plan.get("label"):
+        return LABELED_PAIR.read(table, builder, source, plan, **options)
+    blocks = _Blocks(table.lines)
+    reader = dataclasses.replace(
+        LABELED_PAIR,
+        row=blocks,
+        ranking_rule="row order (the miner's: descending score), rows grouped by anchor",
+        reference_positive="the first row of the query's block (no label: the miner writes positives first)",
+    )
+    result = reader.read(table, builder, source, plan, **options)
+    queries = len(blocks.first_line)
+    result.describe(
+        source,
+        scored_pairs={
+            "rule": SCORED_PAIR_RULE,
+            "queries": queries,
+            "queries_not_descending": len(blocks.unsorted),
+            "queries_not_descending_means": SCORED_PAIR_CHECK,
+        },
+    )
+    return result
 
 
 TRIPLET = RowReader("triplet", _row_triplet, f"{ST} (output_format='triplet')", "row order, rows grouped by anchor")
@@ -333,7 +496,7 @@ def write_slots(columns_of: Callable[[Mapping[str, Any]], list[str]]) -> Callabl
             table, cleaning, lambda r: cleaning.by_query.get((str(source), str(r.get(anchor))))
         )
         for line, row, query in shaped:
-            cols = columns_of(row)
+            cols = list(plan["negatives"]) if plan.get("negatives") else columns_of(row)
             keep = kept_cells([str(row[c]) for c in cols], query.record.negatives)
             rows.append((line, row, query, cols, keep))
             if any(keep):
@@ -488,11 +651,49 @@ def _cells(values: list[Any], row: Mapping[str, Any], column: str) -> Any:
     return json.dumps(values, ensure_ascii=False) if isinstance(row.get(column), str) else values
 
 
+def _write_scored_pair(table: Table, plan: Plan, cleaning: Cleaning, source: str | None) -> Rewritten:
+    """``anchor, positive, score`` (no label, read by :data:`SCORED_PAIR_RULE`): each query's first
+    row (its positive) stays, with its score; a later row (a negative) stays while the cleaned record
+    holds its document, else is left out (``dropped``), so each kept row keeps its own score and the
+    block its order. A relabeled negative cannot be a positive here (a re-read takes only a block's
+    first row as one): its row is left out and the passage listed
+    (:data:`~transferdx.inputs.writing.RELABEL_UNWRITTEN`). A query left without negatives keeps its
+    positive row (a re-read counts it under ``no negative``, as the miner's own such rows)."""
+    out: list[dict[str, Any]] = []
+    changes: list[RowChange] = []
+    anchor = plan["anchor"]
+    shaped, skipped = rows_with_queries(
+        table, cleaning, lambda r: cleaning.by_query.get((str(source), str(r.get(anchor))))
+    )
+    started: set[str] = set()
+    for line, row, query in shaped:
+        doc, qid = str(row[plan["positive"]]), query.record.qid
+        if qid not in started:  # the block's first row: its positive
+            started.add(qid)
+            out.append(dict(row))
+        elif kept_cells([doc], query.record.negatives)[0]:
+            out.append(dict(row))
+        elif doc in {p.text for p in query.added}:
+            moved = next(p for p in query.added if p.text == doc)
+            why = (
+                f"relabeled positive {moved.id} not in the copy: a labeled-pair file with scores and no label holds "
+                "one positive per query (the first row of its block)"
+            )
+            changes.append(RowChange(line, qid, "dropped", 1, "its negative was relabeled"))
+            changes.append(RowChange(None, qid, RELABEL_UNWRITTEN, 0, why))
+        else:
+            changes.append(RowChange(line, qid, "dropped", 1, "its negative was removed"))
+    return Rewritten(list(table.columns), out, changes, skipped)
+
+
 def _write_labeled_pair(table: Table, plan: Plan, cleaning: Cleaning, source: str | None) -> Rewritten:
     """``anchor, positive, label``: a label-0 row stays while the cleaned record holds its document,
     becomes label 1 when it was relabeled (``relabeled``; after the query's first label-1 row, so
     that it never becomes the query's first positive), else is left out (``dropped``); a query left
-    without negatives keeps its label-1 rows (anchor-positive pairs: the shape allows it)."""
+    without negatives keeps its label-1 rows (anchor-positive pairs: the shape allows it). Without
+    a label (scores only): :func:`_write_scored_pair`."""
+    if not plan.get("label", "label"):
+        return _write_scored_pair(table, plan, cleaning, source)
     placed: list[tuple[str, str, dict[str, Any]]] = []  # (qid, role, row): see positives_first
     changes: list[RowChange] = []
     shaped, skipped = rows_with_queries(
@@ -519,7 +720,12 @@ register(
         "ntuple",
         read=load_ntuple,
         write=write_slots(negative_columns),
-        shape=Shape(f"{PAIR}, negative_1..negative_n [, scores] [, qid]", _detect_ntuple, NTUPLE.read),
+        shape=Shape(
+            f"{PAIR}, negative_1..negative_n [, scores] [, qid]; or any 3+ text columns, by order",
+            _detect_ntuple,
+            _read_ntuple,
+            by_cells=_by_order,
+        ),
     )
 )
 register(
@@ -544,7 +750,9 @@ register(
     Format(
         "labeled_pair",
         shape=Shape(
-            f"{PAIR} (one document), label (1/0)", _detect_labeled_pair, LABELED_PAIR.read, near_miss=_scored_pair
+            f"{PAIR} (one document), label (1/0) or score (no label: each query's first row is its positive)",
+            _detect_labeled_pair,
+            _read_labeled_pair,
         ),
         write=_write_labeled_pair,
     )

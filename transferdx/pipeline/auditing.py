@@ -16,6 +16,7 @@ from transferdx.auditing.report import exclusions_frame
 from transferdx.auditing.result import Audit
 from transferdx.auditing.values import SemanticSettings
 from transferdx.embed import EmbeddingCache
+from transferdx.inputs.hub import hub_label, is_hub_spec
 from transferdx.inputs.records import LoadResult, Record, sample_queries
 from transferdx.inputs.registry import as_cleaned_copy, cleaned_copy_facts, cleaned_label
 from transferdx.pipeline.encoders import EncoderLike, make_encoder, make_tokenizer
@@ -42,9 +43,12 @@ def require_records(loaded: LoadResult, label: str | None, out: Path) -> None:
 def portable_label(label: str | Path) -> str:
     """An input as artifacts name it: a path by its last component (file or folder name), so the
     same data gives the same bytes wherever it lives, a ``transferdx-clean`` copy as
-    ``cleaned/<name>`` (told apart from the original it was cleaned from); anything else (a dataset
-    name) as it is."""
+    ``cleaned/<name>`` (told apart from the original it was cleaned from), a Hub dataset
+    (``hf:OWNER/NAME…``) as given (a local repository folder by its name: :func:`hub_label`); anything
+    else (a dataset name) as it is."""
     text = str(label)
+    if is_hub_spec(text) and not Path(text).exists():
+        return hub_label(text)
     if "/" in text or "\\" in text or Path(text).exists():
         return cleaned_label(text) or Path(text).name or text
     return text

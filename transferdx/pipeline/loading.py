@@ -67,8 +67,10 @@ def load(
 ) -> LoadResult:
     """Records to audit, from a path (or a list of paths), the name ``"demo"``, a
     ``pandas.DataFrame``, a ``datasets.Dataset`` (or ``DatasetDict``: ``split=``, default
-    ``train``), or records already in memory. ``on_error``: ``raise`` | ``skip`` (exclude and
-    count). Anything else is a ``TypeError`` naming what it takes.
+    ``train``), a Hugging Face Hub dataset (``"hf:OWNER/NAME[:CONFIG][@SPLIT]"``, through
+    ``datasets.load_dataset``: :mod:`transferdx.inputs.hub`), or records already in memory.
+    ``on_error``: ``raise`` | ``skip`` (exclude and count). Anything else is a ``TypeError`` naming
+    what it takes.
 
     A list (or tuple) of paths gives one result holding the sources of every input, in the order
     given (:func:`load_many`), as a folder of those files would (without the folder's sidecars).
