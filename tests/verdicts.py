@@ -39,6 +39,9 @@ CHECK_MEAN = re.compile(r"^(\d+) suspects?, yet mean fn_probability (\d\.\d+) \(
 CHECK_SHARE = re.compile(
     r"^\d+ suspects?; its share of false negatives is not estimated \(fits no mix: estimate on [01],"
 )
+CHECK_SAME = re.compile(
+    r"^\d+ suspects?; the miner's scores rank the negatives as this encoder does \(Spearman (-?\d\.\d+) ≥ (\d\.\d+)\)$"
+)
 REVIEW = re.compile(
     r"^(\d+) of \d+ negatives \([^)]*\) are suspects[^;]*; (?:(\d+\.\d+) expected false at TREC-DL's share"
     r" \(≥ (\d+)\)|how many are false is not scored here)$"
@@ -62,6 +65,8 @@ def derived_action(line: str) -> str:
     if (x := CHECK_MEAN.match(number)) and int(x[1]) == 0 and float(x[2]) >= float(x[3]):
         return "check with a second encoder"
     if CHECK_SHARE.match(number):
+        return "check with a second encoder"
+    if (x := CHECK_SAME.match(number)) and float(x[1]) >= float(x[2]):
         return "check with a second encoder"
     if (x := REVIEW.match(number)) and int(x[1]) > 0 and (x[2] is None or float(x[2]) >= float(x[3])):
         return "review the listed suspects"

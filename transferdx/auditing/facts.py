@@ -16,6 +16,7 @@ import pandas as pd
 
 from transferdx.auditing.legend import evidence, interval, signed
 from transferdx.diagnostics.fn_combined import cleaning_cut
+from transferdx.diagnostics.miner import MinerFacts, source_miner_facts
 from transferdx.diagnostics.suspicion import (
     ACT_REASONS,
     PROBABILITY_REASON,
@@ -42,7 +43,9 @@ class SourceFacts:
     table: negatives, suspects, those default cleaning removes (``n_act``: a reason of
     :data:`~transferdx.diagnostics.suspicion.ACT_REASONS`), copies and near-copies of a positive,
     those with ``fn_probability`` ≥ :data:`MIN_PROBABILITY` (``n_probable``), the positive-aware
-    hits (None where a reason was not checked), a mining margin, and whether it is a cleaned copy."""
+    hits (None where a reason was not checked), a mining margin, whether it is a cleaned copy, and the
+    miner's scores (``miner``: their agreement with the audit's encoder and sentence-transformers'
+    filters on them, :class:`~transferdx.diagnostics.miner.MinerFacts`)."""
 
     n_negatives: int = 0
     n_suspects: int = 0
@@ -60,6 +63,9 @@ class SourceFacts:
     queries: int = 0  # its records (queries)
     queries_kept: int = 0  # those that keep a negative after default cleaning: the queries the clean keeps
     rows_read: int | None = None  # the input's rows read into its records (None: not recorded)
+    # the miner's scores: their agreement with the audit's encoder and sentence-transformers' filters on
+    # them (None: neither the file nor the audit's encoder scored the source)
+    miner: MinerFacts | None = None
 
     @property
     def n_review(self) -> int:
@@ -149,6 +155,7 @@ def source_facts(
         cleaned = described.get("cleaned")
         read = (described.get("rows") or {}).get("read")
         mine_records = rec_source == name
+        miner = _miner(negatives, records, owner, rows, mine_records, prob if scored else None)
         out[str(name)] = SourceFacts(
             n_negatives=len(rows),
             n_suspects=len(mine),
@@ -166,8 +173,36 @@ def source_facts(
             queries=int(mine_records.sum()),
             queries_kept=int((left[mine_records] > 0).sum()),
             rows_read=int(read) if isinstance(read, int) else None,
+            miner=miner,
         )
     return out
+
+
+def _miner(
+    negatives: pd.DataFrame,
+    records: pd.DataFrame,
+    owner: np.ndarray,
+    rows: np.ndarray,
+    mine_records: np.ndarray,
+    probability: np.ndarray | None,
+) -> MinerFacts | None:
+    """The source's :class:`~transferdx.diagnostics.miner.MinerFacts` (its negatives ``rows``, its
+    records ``mine_records``): the miner's scores where the file carries them, the audit's s(q,n) and
+    s(q,p0) standing in otherwise; ``probability`` None where the encoder did not score."""
+    if "miner_score" not in negatives:
+        return None
+    recs = np.flatnonzero(mine_records)
+    local = np.searchsorted(recs, owner[rows])  # each negative's query among the source's records
+    scored = "s_qn" in negatives and "s_qp" in records
+    return source_miner_facts(
+        negatives["miner_score"].to_numpy(dtype=np.float64)[rows],
+        negatives["miner_positive_score"].to_numpy(dtype=np.float64)[rows],
+        negatives["s_qn"].to_numpy(dtype=np.float64)[rows] if scored else None,
+        records["s_qp"].to_numpy(dtype=np.float64)[owner[rows]] if scored else None,
+        local,
+        probability[rows] if probability is not None else None,
+        len(recs),
+    )
 
 
 def audit_facts(result: AuditResult) -> dict[str, SourceFacts]:

@@ -23,13 +23,14 @@ from transferdx.artifacts import (
     write_meta,
 )
 from transferdx.auditing.audit import AuditResult
-from transferdx.auditing.facts import audit_facts
+from transferdx.auditing.facts import SourceFacts, audit_facts, mined, span_text
 from transferdx.auditing.html import write_html
 from transferdx.auditing.legend import legend_lines
 from transferdx.auditing.plots import plot_bands, plot_fn_evaluation, plot_margins, plot_profile, plot_psi
 from transferdx.auditing.profiles import MEAN_STATS
 from transferdx.auditing.verdict import verdict_lines
 from transferdx.diagnostics.fn_combined import cleaning_cut
+from transferdx.diagnostics.miner import SAME_ENCODER_MIN
 from transferdx.diagnostics.semantic import BANDS
 from transferdx.diagnostics.suspicion import MIN_PROBABILITY
 from transferdx.inputs.records import Exclusion
@@ -148,13 +149,14 @@ def render_report(result: AuditResult, settings: Mapping[str, Any]) -> str:
     profile = result.profile
     frame = profile.to_frame()
     semantic = "rho_mean" in frame
+    facts = audit_facts(result)
     counts = ["source", "kind", "n_records", "n_negatives", "n_psi_undefined", "n_excluded_records"]
     if semantic:
         counts.append("n_h_undefined")
     parts = [
         "# transferdx audit",
         "",
-        *verdict_lines(profile.rows, profile.catch_rate, settings, facts=audit_facts(result)),
+        *verdict_lines(profile.rows, profile.catch_rate, settings, facts=facts),
         *legend_lines(profile.rows),
         "## Settings",
         "",
@@ -223,6 +225,7 @@ def render_report(result: AuditResult, settings: Mapping[str, Any]) -> str:
         parts += _false_negative_section(frame)
     if "fn_suspect_rate" in frame:
         parts += _suspects_section(frame, result)
+    parts += _miner_section(frame, facts)
     if result.fn_evaluation.get("status") == "measured":
         parts += _fn_evaluation_section(result.fn_evaluation)
     parts += _flags_section(frame, profile.thresholds)
@@ -422,6 +425,62 @@ def _suspects_section(frame: pd.DataFrame, result: AuditResult) -> list[str]:
                 ),
                 ".3f",
             ),
+            "",
+        ]
+    return lines
+
+
+def _sigma(value: float | None) -> str:
+    return "not scored" if value is None else f"{value:.2f}"
+
+
+def _miner_section(frame: pd.DataFrame, facts: Mapping[str, SourceFacts]) -> list[str]:
+    """The miner's scores per genuine source (design §3.9): their agreement with the audit's encoder
+    and what each of sentence-transformers' filter settings would drop on them, with the Σ
+    fn_probability of what it drops and the setting the verdict names."""
+    genuine = [str(n) for n, k in zip(frame["source"], frame["kind"], strict=True) if k == "genuine"]
+    shown = [(n, m) for n in genuine if (m := facts[n].miner if n in facts else None) is not None]
+    if not shown:
+        return []
+    m0 = mined()
+    lines = [
+        "## The miner's scores and sentence-transformers' filters",
+        "",
+        "Where the file carries the miner's scores (`mine_hard_negatives(output_scores=True)`, FlagEmbedding"
+        " `pos_scores`/`neg_scores`): **agreement** = Spearman's rank correlation of the miner's s(q,n) with"
+        f" this audit's over the source's negatives (≥ {SAME_ENCODER_MIN:.2f}: as if mined by this encoder, whose"
+        " flags the miner already saw). **Filters**, with sentence-transformers' own rules, p = the query's"
+        " minimum positive score: `absolute_margin` a drops a negative when s_n + a > p, `relative_margin` r when"
+        " s_n > p − |p|·r, `max_score` m when s_n > m (tried only on a cosine scale, scores in [−1, 1]). Where the"
+        " file has no scores, this encoder's s(q,n) and s(q,p0) stand in. Per setting: negatives dropped,"
+        " Σ fn_probability over them (false negatives expected removed), Σ (1 − fn_probability) (hard"
+        " negatives expected lost), and queries left with no negative. The verdict names the setting with the"
+        " largest Σ (2·fn_probability − 1) over what it drops, ties to the milder; none when no Σ is positive."
+        f" The Σ are at fn_probability's calibration: ECE {span_text(m0['ece'])} on {m0['n_files']} mined files.",
+        "",
+    ]
+    for name, m in shown:
+        whose = "the file's own scores" if m.scores == "file" else "this encoder's scores (the file has none)"
+        agree = f"Spearman {m.agreement:.4f} over {m.n_scored} negatives" if m.agreement is not None else "not measured"
+        chosen = f"`{m.chosen.setting.text}`" if m.chosen is not None else "none (no setting's Σ is positive)"
+        if not m.scored:
+            chosen = "none (fn_probability not scored)"
+        table = pd.DataFrame(
+            {
+                "setting": [f"`{o.setting.text}`" for o in m.outcomes],
+                "dropped": [f"{o.dropped} of {m.n_negatives}" for o in m.outcomes],
+                "Σ p (false removed)": [_sigma(o.expected_false) for o in m.outcomes],
+                "Σ (1 − p) (hard lost)": [_sigma(o.expected_hard) for o in m.outcomes],
+                "Σ (2p − 1)": [_sigma(o.gain) for o in m.outcomes],
+                "queries left with none": [str(o.emptied) for o in m.outcomes],
+            }
+        )
+        lines += [
+            f"### {name}",
+            "",
+            f"- scores read: {whose}; agreement with this encoder: {agree}; setting named: {chosen}.",
+            "",
+            _markdown_table(table),
             "",
         ]
     return lines

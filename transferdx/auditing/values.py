@@ -16,6 +16,7 @@ from tqdm.auto import tqdm
 from transferdx.diagnostics.composite import CompositeSettings
 from transferdx.diagnostics.fn_combined import agreement
 from transferdx.diagnostics.lexical import PROGRESS_MIN, coverage_bucket, negative_residuality
+from transferdx.diagnostics.miner import miner_scores
 from transferdx.diagnostics.rows import IndexedRows
 from transferdx.diagnostics.semantic import BANDS, BandCuts, buckets, in_batch_scores, record_scores
 from transferdx.diagnostics.suspicion import SuspicionInputs, SuspicionSettings, probabilities, text_reasons
@@ -88,6 +89,9 @@ def row_values(
     meta = [(n.method, n.relation, n.rank, n.judgment) for r in records for n in r.negatives]
     for i, column in enumerate(("method", "relation", "rank", "judgment")):
         negatives[column] = pd.array([m[i] for m in meta], dtype="Int64" if i >= 2 else object)
+    # the miner's own scores where the file carries them (NaN where not): its s(q,n), and its positive
+    # score as sentence-transformers' margins read it, the minimum over the record's positives
+    negatives["miner_score"], negatives["miner_positive_score"] = miner_scores(records)
     per_record = _lexical_records(records, negatives)
     vectors = None
     if encoder is not None and records:

@@ -42,6 +42,7 @@ from transferdx.auditing.facts import (
 )
 from transferdx.auditing.legend import DIRECTIONS, row_number
 from transferdx.auditing.profiles import below
+from transferdx.diagnostics.miner import SAME_ENCODER_MIN, MinerFacts
 from transferdx.diagnostics.suspicion import MIN_PROBABILITY
 
 # Fewer records than this: bootstrap CIs over records and the ranking of sources are not read
@@ -150,13 +151,70 @@ def _on_flag(flag: str, why: str, act: str) -> Advice:
     return advice
 
 
-_remine_inverted = _on_flag(
-    "mostly_inverted",
-    "most negatives outscore the positive under the frozen encoder: the labels, not the encoder, are the likelier"
-    " error",
-    "re-mine with a margin below the positive: sentence-transformers' `mine_hard_negatives` with"
-    " `relative_margin=0.05`, or `range_min=10` to skip the top ranks",
-)
+def _whose(m: MinerFacts) -> str:
+    """Whose scores the filters were weighed on: the file's, or the audit's encoder's standing in."""
+    return "your scores" if m.scores == "file" else "this encoder's scores (your file has none)"
+
+
+def remine_act(m: MinerFacts | None) -> str:
+    """The re-mine instruction for mostly inverted negatives: the filter setting chosen on the file's
+    scores (:func:`~transferdx.diagnostics.miner.choose`), or, where no setting removes more probable
+    false negatives than hard negatives, none named; without the per-negative table (a profile row
+    alone) the library docs' example."""
+    head = "re-mine with sentence-transformers' `mine_hard_negatives`"
+    if m is None:
+        return (
+            f"{head} with a margin below the positive: `relative_margin=0.05`, or `range_min=10` to skip the top ranks"
+        )
+    if m.chosen is not None:
+        return f"{head} with `{m.chosen.setting.text}` (chosen on {_whose(m)}: what it drops is below)"
+    return (
+        f"{head}: on {_whose(m)} no filter setting removes more probable false negatives than hard negatives, so"
+        " none is named; `range_min=10` skips the top ranks"
+    )
+
+
+def _remine_inverted(row: Mapping[str, Any], ctx: Context) -> Finding | None:
+    """Most negatives outscore the positive (absolute flag ``mostly_inverted``): re-mine, with the filter
+    setting chosen on the file's scores (:func:`remine_act`)."""
+    reason = (_absolute(row) or {}).get("mostly_inverted")
+    if reason is None:
+        return None
+    why = (
+        "most negatives outscore the positive under the frozen encoder: the labels, not the encoder, are the"
+        " likelier error"
+    )
+    return Finding(reason, (why,), remine_act(ctx.facts.miner))
+
+
+def filter_line(m: MinerFacts) -> str:
+    """The one evidence line of sentence-transformers' filters on the source's scores: the setting
+    chosen (:func:`~transferdx.diagnostics.miner.choose`) with what it drops, or that none is worth it;
+    the Σ are at fn_probability's calibration (ECE on mined files). report.md has every setting."""
+    head = f"filters on {_whose(m)}"
+    if not m.scored:
+        return f"{head}: not weighed (fn_probability needs the encoder); report.md lists what each setting drops"
+    ece = f"fn_probability, ECE {span_text(mined()['ece'])} on mined files"
+    c = m.chosen
+    if c is None:
+        return f"{head}: no setting removes more probable false negatives than hard negatives ({ece}); none named"
+    return (
+        f"{head}: `{c.setting.text}` drops {c.dropped} negatives: {c.expected_false:.1f} expected false,"
+        f" {c.expected_hard:.1f} hard ({ece}); {c.emptied} queries emptied"
+    )
+
+
+def agreement_line(m: MinerFacts) -> str | None:
+    """The miner's scores against the audit's encoder (Spearman's ρ over the source's negatives), one
+    line; None where not measured (no file scores, or no encoder)."""
+    if m.agreement is None:
+        return None
+    said = f"the miner's scores vs this encoder's: Spearman {m.agreement:.3f} over {m.n_scored} negatives"
+    if m.same_encoder:
+        return said + ": as if mined by this encoder, so the audit cannot see what that encoder would flag"
+    return said + " (another scorer)"
+
+
 _remine_other_positive = _on_flag(
     "copies_other_positive",
     "they are passages the file labels relevant to another query: in-batch negatives already, not mined",
@@ -283,23 +341,40 @@ USE_MAX_MEAN = 0.20
 
 def _unseen(row: Mapping[str, Any], ctx: Context) -> Finding | None:
     """No reassurance where the audit cannot see the false negatives: a file that looks filtered by its
-    own encoder (:func:`prior_unidentified`), or one with no suspect whose negatives the detector reads
-    as often false (mean fn_probability ≥ :data:`USE_MAX_MEAN`) — few suspects may be all it can see."""
+    own encoder (:func:`prior_unidentified`), one with no suspect whose negatives the detector reads
+    as often false (mean fn_probability ≥ :data:`USE_MAX_MEAN`) — few suspects may be all it can see —
+    or one whose miner's scores rank its negatives as this encoder does (Spearman ≥
+    :data:`~transferdx.diagnostics.miner.SAME_ENCODER_MIN`) with under :data:`REVIEW_MIN_EXPECTED`
+    suspect expected false: mined by this encoder, what it would flag is what the miner saw."""
     f = ctx.facts
     m = mined()
     mean = f.mean_probability
     high = mean is not None and mean >= USE_MAX_MEAN and f.n_suspects == 0
-    if not prior_unidentified(row) and not high:
+    # mined by this encoder and nothing for review: what it would flag is what the miner saw
+    few = f.n_suspects == 0 or (f.expected_suspects is not None and f.expected_suspects < REVIEW_MIN_EXPECTED)
+    same = f.miner is not None and f.miner.same_encoder and few
+    if not prior_unidentified(row) and not high and not same:
         return None
     if high:
         number = f"{_suspects(f.n_suspects)}, yet mean fn_probability {mean:.2f} (≥ {USE_MAX_MEAN:.2f})"
-    else:
+    elif prior_unidentified(row):
         number = f"{_suspects(f.n_suspects)}; {prior_sentence(row)}"
+    else:
+        rho = f.miner.agreement if f.miner is not None and f.miner.agreement is not None else math.nan
+        number = (
+            f"{_suspects(f.n_suspects)}; the miner's scores rank the negatives as this encoder does (Spearman"
+            f" {rho:.3f} ≥ {SAME_ENCODER_MIN:.2f})"
+        )
     caught = span_text(m["own_margin"]["clean_recall"])
     lines = [
         f"on {m['n_files']} files mined the way users mine ({m['where']}) {span_text(m['share'])} of negatives were"
         f" false by regime; where the audit's encoder mined with a margin, cleaning caught {caught}"
     ]
+    if same and not high and not prior_unidentified(row):
+        lines.append(
+            "as if mined by this encoder, so the audit cannot see what that encoder would flag (a margin under it"
+            " removes exactly that)"
+        )
     if f.margin is not None:
         lines.append(
             f"its negatives stop at a margin under this encoder (each ≤ {1 - f.margin.relative:.3f}·s(q,p)): the miner"
@@ -404,6 +479,9 @@ def _evidence(
     then what the audit counted."""
     name = str(row["source"])
     out = [*j.lines, *j.support]
+    if f.miner is not None:  # the miner's scores: their agreement with this encoder, the filters on them
+        agree = agreement_line(f.miner) if "Spearman" not in j.number else None
+        out += [*([agree] if agree else []), filter_line(f.miner)]
     if (small := _small(int(row_number(row, "n_records")))) is not None:
         out.append(small)
     if (excluded := row_number(row, "n_excluded_records")) > 0:
