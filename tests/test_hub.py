@@ -223,3 +223,71 @@ def test_the_command_line_audits_a_hub_dataset_and_its_clean_command_runs(repo, 
     # the six negatives that copy their positive are gone (their rows, left without one, dropped)
     kept = original[original["negative"] != original["positive"].str.upper()].reset_index(drop=True)
     pd.testing.assert_frame_equal(frame, kept)
+
+
+LOOKUP_CARD = """---
+configs:
+- config_name: corpus
+  data_files:
+  - split: train
+    path: "corpus/train-*.parquet"
+- config_name: queries
+  data_files:
+  - split: train
+    path: "queries/train-*.parquet"
+---
+# lookup tables (a test repository laid out as sentence-transformers/msmarco's corpus and queries)
+"""
+
+
+def test_an_id_tables_lookups_given_as_hub_configs(tmp_path, monkeypatch):
+    """``corpus=`` / ``queries=`` as ``hf:…`` configs read the same records as the same tables in local
+    files; a printed command keeps them as Hub specs (a local repository folder made absolute)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from transferdx import config
+    from transferdx.presets import config_dir
+
+    passages = {"10": "apple engine info", "11": "violin planet", "12": "garden castle", "20": "river about what"}
+    queries = {"q1": "apple engine", "q2": "river about"}
+    corpus = pd.DataFrame({"passage_id": list(passages), "passage": list(passages.values())})
+    query_table = pd.DataFrame({"query_id": list(queries), "query": list(queries.values())})
+    root = tmp_path / "lookups"
+    for name, frame in (("corpus", corpus), ("queries", query_table)):
+        (root / name).mkdir(parents=True)
+        frame.to_parquet(root / name / "train-00000-of-00001.parquet", index=False)
+    (root / "README.md").write_text(LOOKUP_CARD, encoding="utf-8")
+    ids = tmp_path / "ids.parquet"
+    rows = [
+        {"query_id": "q1", "pos_id": "10", "neg_ids": ["11", "12"]},
+        {"query_id": "q2", "pos_id": "20", "neg_ids": ["12", "11"]},
+    ]
+    pd.DataFrame(rows).to_parquet(ids)
+    corpus.to_parquet(tmp_path / "corpus.parquet")
+    query_table.to_parquet(tmp_path / "queries.parquet")
+
+    hub = tdx.load(ids, corpus=f"hf:{root}:corpus", queries=f"hf:{root}:queries")
+    local = tdx.load(ids, corpus=tmp_path / "corpus.parquet", queries=tmp_path / "queries.parquet")
+    assert [r.to_dict() for r in hub.records] == [r.to_dict() for r in local.records]
+    assert [n.id for n in hub.records[0].negatives] == ["11", "12"]
+    with pytest.raises(InputError, match="nope"):
+        tdx.load(ids, corpus=f"hf:{root}:nope", queries=f"hf:{root}:queries")
+
+    monkeypatch.chdir(tmp_path)
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        cfg = compose(
+            config_name="audit",
+            overrides=["data=idlist", "data.path=ids.parquet", "data.corpus=hf:lookups:corpus", "data.queries=q.tsv"],
+        )
+    read = config.read_with(cfg)
+    assert read["data.corpus"] == f"hf:{root}:corpus" and read["data.queries"] == str(tmp_path / "q.tsv")
+
+
+def test_an_id_table_from_the_hub_is_refused_in_one_line_not_read_as_texts(repo):
+    """Lookups given with a Hub input: the id table would be read by its columns (ids as texts), so it is
+    refused, saying what to do."""
+    with pytest.raises(ValueError, match="not yet from the Hub") as err:
+        tdx.load(f"hf:{repo}:triplet", corpus="corpus.parquet", queries="queries.parquet")
+    assert "\n" not in str(err.value)

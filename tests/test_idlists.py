@@ -322,3 +322,38 @@ def test_the_preset_makes_the_lookup_paths_absolute(tmp_path: Path, monkeypatch:
     }
     command = clean_command({"read_with": read})  # what the audit prints: it names both lookups
     assert f"data.corpus={tmp_path / 'c.jsonl'}" in command and f"data.queries={tmp_path / 'q.tsv'}" in command
+
+
+def test_a_negative_that_is_also_a_positive_goes_as_in_every_row_format(tmp_path: Path) -> None:
+    """Rows become records through :class:`~transferdx.inputs.rows.RowReader`: a negative whose text
+    is one of the query's positives is the builder's located error, a counted exclusion under skip."""
+    path = _ids(tmp_path, "jsonl", [{"query_id": "q1", "pos_id": "10", "neg_ids": ["11", "10"]}])
+    lookups = _lookups(tmp_path)
+    with pytest.raises(InputError) as err:
+        load_id_lists(path, **lookups)
+    assert (err.value.line, err.value.field) == (1, "negatives") and "identical to a positive" in err.value.message
+    loaded = load_id_lists(path, on_error="skip", **lookups)
+    assert [n.id for n in loaded.records[0].negatives] == ["11"]
+    [excluded] = loaded.exclusions
+    assert (excluded.unit, excluded.item) == ("negative", "10")
+
+
+def test_query_ids_of_one_text_are_one_record_and_cleaned_in_each_row(tmp_path: Path) -> None:
+    """Rows are grouped by query text (as in every row format): a query id whose text an earlier one
+    has joins that record (its qid the first row's); the copy cleans the rows of both ids."""
+    corpus = pd.DataFrame({"passage_id": list(PASSAGES), "passage": list(PASSAGES.values())})
+    queries = pd.DataFrame({"query_id": ["q1", "q3"], "query": ["apple engine", "apple engine"]})
+    lookups = {"corpus": _write(corpus, tmp_path / "corpus.jsonl"), "queries": _write(queries, tmp_path / "q.jsonl")}
+    rows = [
+        {"query_id": "q1", "pos_id": "10", "neg_ids": ["11", "13"]},
+        {"query_id": "q3", "pos_id": "10", "neg_ids": ["12", "13"]},
+    ]
+    path = _ids(tmp_path, "jsonl", rows)
+    loaded = load_id_lists(path, keep_tables=True, **lookups)
+    [record] = loaded.records
+    assert record.qid == "q1" and [n.id for n in record.negatives] == ["11", "13", "12"]
+    assert [(e.line, e.item) for e in loaded.exclusions if e.merged] == [("2", "13")]
+    result = tdx.clean(loaded, _suspect(loaded, "q1", "12"), reasons=["positive_aware"], out=tmp_path / "c")
+    copy = [json.loads(line) for line in (tmp_path / "c" / "cleaned" / "ids.jsonl").read_text().splitlines()]
+    assert [r["neg_ids"] for r in copy] == [["11", "13"], ["13"]]
+    assert result.rows[["qid", "change"]].values.tolist() == [["q3", "trimmed"]]

@@ -240,6 +240,10 @@ def read_with(cfg: DictConfig) -> dict[str, Any]:
         for key, value in values.items():
             if key == "name":
                 continue
+            # a Hub dataset (hf:…) is no path: as given, a local repository folder made absolute
+            if key in DATA_PATH_OPTIONS and is_hub_spec(value) and not Path(value).exists():
+                out[f"data.{key}"] = absolute_hub_spec(value)
+                continue
             is_path = key in DATA_PATH_OPTIONS and isinstance(value, str) and value != ""
             relative = is_path and not Path(value).is_absolute()
             if raw.get(key) != preset.get(key, object()) or relative:

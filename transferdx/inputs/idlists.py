@@ -33,16 +33,23 @@ first in ``document_ids``). The scored mMARCO hard negatives found on the Hub
 (hotchpotch/mmarco-hard-negatives-reranker-filtered: ``query, pos_text, negs_text, pos_score,
 negs_score``) hold texts, not ids: they are no id table.
 
-Rows sharing a query id are one record: positives merged in order of first appearance (``p0`` the
-first row's first), negatives in row order, a negative that an earlier row of the query already gave
-a counted exclusion (unit ``negative``, "duplicate negative (also row N)"), one repeated within a row
-kept (counted, ``duplicate_negatives_kept``). A negative id that is also one of the query's
-positives is a counted exclusion (unit ``negative``). A query id missing from the queries table or a
+Rows become records through :class:`~transferdx.inputs.rows.RowReader`, as in every row format
+(:mod:`~transferdx.inputs.rows` states the rules): this module's row function (:func:`id_reader`)
+resolves a row's ids through the lookups into a :class:`~transferdx.inputs.rows.Row` (the query's
+text, the passages' texts and scores, the query id, and each text's passage id in ``Row.ids``), and
+``RowReader.read`` groups, merges, counts and describes. So rows sharing a query *text* are one
+record, its qid the first row's query id (a second query id of the same text joins it, and the
+writer cleans that id's rows with it); positives merged in order of first appearance (``p0`` the
+first row's first), negatives in row order; a passage is known by its text (design §3.8), so a
+negative an earlier row of the query gave (under any id) is a counted exclusion (unit ``negative``,
+"duplicate negative (also row N)"), one repeated within a row kept (``duplicate_negatives_kept``)
+unless the row is a filled one (``filled_slots``), and a negative whose text is a positive's is the
+builder's located error (counted under ``skip``). A query id missing from the queries table or a
 passage id missing from the corpus fails the row (as :func:`~transferdx.inputs.msmarco.
 load_st_hard_negatives` does: a located :class:`~transferdx.inputs.records.InputError` under
 ``raise``, the row a counted exclusion under ``skip``). Scores stay on the passages
 (``Passage.score``), summarised in the descriptor (``mining_scores``); every row is accounted for
-in the descriptor's ``rows``.
+in the descriptor's ``rows``; the descriptor adds the lookups (``lookups``) and the columns not read.
 
 Lookup tables (:func:`lookup_texts`, the one way a lookup is read): a headerless ``id<TAB>text``
 TSV (MS MARCO's ``collection.tsv`` / ``queries.tsv``, :func:`~transferdx.inputs.textforms.
@@ -64,12 +71,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from transferdx.artifacts import file_hash
 from transferdx.inputs.beir import beir_passage_text
+from transferdx.inputs.hub import is_hub_spec, load_hub
 from transferdx.inputs.reading import (
     FieldProblem,
     RecordBuilder,
@@ -77,20 +85,10 @@ from transferdx.inputs.reading import (
     check_unicode,
     parse_slice,
     require_path,
-    slice_text,
 )
-from transferdx.inputs.records import (
-    LINES_FORM,
-    MERGED_NEGATIVE,
-    NO_NEGATIVE,
-    InputError,
-    LoadResult,
-    Passage,
-    Plan,
-    Table,
-)
+from transferdx.inputs.records import LINES_FORM, InputError, LoadResult, Passage, Plan, Table
 from transferdx.inputs.registry import Format, keep, register
-from transferdx.inputs.rows import cell_list, cell_number, mining_scores, table_input
+from transferdx.inputs.rows import Row, RowReader, cell_list, cell_number
 from transferdx.inputs.tables import (
     dataset_table,
     form_of,
@@ -126,6 +124,7 @@ LOOKUP_COLUMNS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {  # what �
     "query": (("query_id", "qid", "_id", "id"), ("query", "text", "question")),
 }
 TITLE_COLUMN = "title"
+FOLDED = "folded_qids"  # in the kept plan: query id → the qid of the record its rows joined (id_reader)
 
 
 def _first(names: Sequence[str], columns: Sequence[str]) -> str | None:
@@ -153,18 +152,22 @@ def _has_header(path: Path, what: str) -> bool:
 
 
 def lookup_texts(spec: Any, what: str) -> tuple[dict[str, str], str, str | None]:
-    """A lookup table ``spec`` (a path, or a ``pandas.DataFrame`` / ``datasets.Dataset`` in memory)
-    as (id → text, the name it goes by, its sha256 when a file); ``what``: ``passage`` (the corpus)
-    or ``query``. The one way this module reads a lookup (see the module docstring): any other
-    source of a table (a Hub dataset, once loaded as a ``datasets.Dataset``) enters here too. A bad row is a located
+    """A lookup table ``spec`` (a path, a Hub dataset ``hf:OWNER/NAME[:CONFIG][@SPLIT]`` loaded by
+    :func:`~transferdx.inputs.hub.load_hub`, or a ``pandas.DataFrame`` / ``datasets.Dataset`` in
+    memory) as (id → text, the name it goes by, its sha256 when a file); ``what``: ``passage`` (the
+    corpus) or ``query``. The one way this module reads a lookup (see the module docstring). A bad row is a located
     :class:`InputError` under either error policy: a record cannot be built from a broken reference."""
     if what not in LOOKUP_COLUMNS:
         raise ValueError(f"what must be one of {sorted(LOOKUP_COLUMNS)}, got {what!r}")
     if hasattr(spec, "columns") and hasattr(spec, "iloc"):  # pandas.DataFrame
         table = frame_table(spec, f"<{what}s DataFrame>")
         return _table_texts(table, what), table.file, None
+    if is_hub_spec(spec) and not Path(spec).exists():  # a Hub config: hf:OWNER/NAME[:CONFIG][@SPLIT]
+        spec, origin = load_hub(spec), spec
+    else:
+        origin = f"<{what}s Dataset>"
     if hasattr(spec, "column_names") and hasattr(spec, "select"):  # datasets.Dataset
-        table = dataset_table(spec, f"<{what}s Dataset>", "Dataset")
+        table = dataset_table(spec, origin, "Dataset")
         return _table_texts(table, what), table.file, None
     path = require_path(spec, f"{what} lookup table")
     if form_of(path) == "tsv" and path.is_file() and not _has_header(path, what):
@@ -327,16 +330,49 @@ def read_id_row(row: Mapping[str, Any], plan: Plan, cells_are_text: bool) -> IdR
     return IdRow(qid, list(zip(pos, pos_scores, strict=True)), list(zip(neg, neg_scores, strict=True)))
 
 
-@dataclass
-class _Group:
-    """The rows of one query id, becoming one record."""
+def id_reader(
+    plan: Plan, passages: Mapping[str, str], queries: Mapping[str, str], corpus_name: str, queries_name: str
+) -> tuple[RowReader, dict[str, str]]:
+    """How the id table's rows become records: a :class:`~transferdx.inputs.rows.RowReader` whose
+    row function reads a row's ids (:func:`read_id_row`) and resolves them through the lookups into a
+    :class:`~transferdx.inputs.rows.Row` (each text's id in ``Row.ids``; an id missing from its
+    lookup a ``FieldProblem`` on the row). Also the query ids the reader folds into another's
+    record (qid → the record's qid): rows are grouped by query text, so a query id whose text an
+    earlier query id already has joins that one's record, and the writer finds it there."""
+    first_qid: dict[str, str] = {}  # query text → the query id of its first row read
+    folded: dict[str, str] = {}
 
-    line: int
-    qid: str
-    positives: dict[str, float | None] = field(default_factory=dict)
-    negatives: list[tuple[str, float | None]] = field(default_factory=list)
-    neg_line: dict[str, int] = field(default_factory=dict)  # negative id → the row that first gave it
-    lines: list[int] = field(default_factory=list)
+    def row(raw: Mapping[str, Any], plan: Plan, cells_are_text: bool) -> Row:
+        ids = read_id_row(raw, plan, cells_are_text)
+        query = queries.get(ids.qid)
+        if query is None:
+            raise FieldProblem(plan["qid"], f"query {ids.qid!r} is not in {queries_name}")
+        texts: dict[str, str] = {}
+
+        def resolve(pairs: list[tuple[str, float | None]], where: str) -> list[tuple[str, float | None]]:
+            out = []
+            for pid, score in pairs:
+                text = passages.get(pid)
+                if text is None:
+                    raise FieldProblem(where, f"passage id {pid!r} is not in {corpus_name}")
+                texts.setdefault(text, pid)
+                out.append((text, score))
+            return out
+
+        positives = resolve(ids.positives, plan.get("documents") or plan["pos"])
+        negatives = resolve(ids.negatives, plan.get("documents") or plan["neg"])
+        record_qid = first_qid.setdefault(query, ids.qid)
+        if record_qid != ids.qid:
+            folded[ids.qid] = record_qid
+        return Row(query, positives, negatives, ids.qid, texts)
+
+    reader = RowReader(
+        FORMAT,
+        row,
+        mining_method="not recorded (id table)",
+        ranking_rule=f"list order ({plan.get('documents') or plan['neg']}), rows grouped by query",
+    )
+    return reader, folded
 
 
 def load_id_lists(
@@ -354,14 +390,15 @@ def load_id_lists(
     **_: Any,
 ) -> LoadResult:
     """An id table (``path``) with its ``corpus`` and ``queries`` lookup tables (see the module
-    docstring), as one source (``source``, default the file's name). ``k`` / ``slice_spec``: the
+    docstring), as one source (``source``, default the file's name), its rows made records by
+    :meth:`~transferdx.inputs.rows.RowReader.read` (:func:`id_reader`). ``k`` / ``slice_spec``: the
     negatives of each record audited (``[a:b]``; the rest stay in the copy); ``method``: how the
     negatives were mined (the negatives' ``method`` and the descriptor's ``mining_method``).
     ``keep_tables``: keep the rows read for the clean verb, which writes the id table back."""
     path = require_path(path)
     passages, corpus_name, corpus_hash = lookup_texts(corpus, "passage")
     query_text, queries_name, queries_hash = lookup_texts(queries, "query")
-    window = parse_slice(slice_spec, k)
+    window = None if slice_spec is None and k is None else parse_slice(slice_spec, k)
     name = source or source_stem(path)
     builder = RecordBuilder(path, on_error, note_duplicates=True)
     table, storage = _read_ids(path, builder, split)
@@ -376,108 +413,16 @@ def load_id_lists(
             f"({', '.join(POSITIVE_ID_COLUMNS + POSITIVE_LIST_COLUMNS)}) and negatives "
             f"({', '.join(NEGATIVE_LIST_COLUMNS + NEGATIVE_ID_COLUMNS)}), or {DOCUMENTS_COLUMN}; found {table.columns}",
         )
-    groups: dict[str, _Group] = {}
-    excluded_rows = table.n_unreadable  # rows that could not be parsed (each already a located problem)
-    for line, raw in zip(table.lines, table.rows, strict=True):
-        try:
-            row = read_id_row(raw, plan, table.cells_are_text)
-            if row.qid not in query_text:
-                raise FieldProblem(plan["qid"], f"query {row.qid!r} is not in {queries_name}")
-            for pid, score in row.positives + row.negatives:
-                if pid not in passages:
-                    where = plan.get("documents") or (plan["pos"] if (pid, score) in row.positives else plan["neg"])
-                    raise FieldProblem(str(where), f"passage id {pid!r} is not in {corpus_name}")
-        except FieldProblem as p:
-            builder.fail(line, p.field, p.reason, source=name)
-            excluded_rows += 1
-            continue
-        group = groups.get(row.qid)
-        if group is None:
-            group = groups[row.qid] = _Group(line, row.qid)
-        group.lines.append(line)
-        for pid, score in row.positives:
-            if pid not in group.positives or group.positives[pid] is None:
-                group.positives[pid] = score
-        for pid, score in row.negatives:
-            first = group.neg_line.setdefault(pid, line)
-            if first != line:  # an earlier row of this query gave it: the file's layout repeats it
-                builder.exclude(
-                    line, "negative", f"{MERGED_NEGATIVE} {first})", source=name, qid=row.qid, unit="negative", item=pid
-                )
-                continue
-            group.negatives.append((pid, score))
-    made_by = method or FORMAT
-    rows_in_records = 0
-    n_before = len(builder.result.records)
-    for group in groups.values():
-        negatives = []
-        for rank, (pid, score) in enumerate(group.negatives, start=1):
-            if pid in group.positives:
-                builder.exclude(
-                    group.line,
-                    "negative",
-                    "negative id is also a positive",
-                    source=name,
-                    qid=group.qid,
-                    unit="negative",
-                    item=pid,
-                )
-                continue
-            negatives.append(Passage(pid, passages[pid], made_by, rank=rank, score=score))
-        none_given = not group.negatives
-        record = builder.add(
-            group.line,
-            qid=group.qid,
-            query=query_text[group.qid],
-            positives=[Passage(pid, passages[pid], score=s) for pid, s in group.positives.items()],
-            negatives=negatives[window],
-            source=name,
-            kind=kind,
-            empty_reason=NO_NEGATIVE if none_given else "record has no negatives",
-            empty_is_error=not none_given,
-        )
-        if record is not None:
-            rows_in_records += len(group.lines)
-            continue
-        excluded_rows += len(group.lines)
-        reason = builder.result.exclusions[-1].reason
-        for line in group.lines[1:]:  # the record is excluded (logged at its first row): so is every other row
-            builder.exclude(
-                line,
-                "<row>",
-                f"row of the record excluded at line {group.line} ({reason})",
-                source=name,
-                qid=group.qid,
-                unit="line",
-            )
-    kept = builder.result.records[n_before:]
-    not_read = [c for c in table.columns if c not in _used(plan)]
-    fields: dict[str, Any] = {
-        "input": table_input(table, FORMAT),
-        "shape": FORMAT,
-        "columns": list(table.columns),
-        "lookups": {
-            "corpus": {"file": corpus_name, "sha256": corpus_hash},
-            "queries": {"file": queries_name, "sha256": queries_hash},
-        },
-        "mining_method": method or "not recorded (id table)",
-        "ranking_rule": f"list order ({plan.get('documents') or plan['neg']}), rows grouped by query id",
-        "reference_positive": "the first positive of the query's first row",
-        "rows": {
-            "read": len(table.rows) + table.n_unreadable,
-            "in_records": rows_in_records,
-            "excluded": excluded_rows,
-            "records": len(kept),
-        },
+    reader, folded = id_reader(plan, passages, query_text, corpus_name, queries_name)
+    reader.read(table, builder, name, plan, window=window, method=method, kind=kind)
+    lookups = {
+        "corpus": {"file": corpus_name, "sha256": corpus_hash},
+        "queries": {"file": queries_name, "sha256": queries_hash},
     }
+    builder.result.describe(name, lookups=lookups)
+    not_read = [c for c in table.columns if c not in _used(plan)]
     if not_read:
-        fields["columns_not_read"] = not_read
-    if slice_spec is not None or k is not None:
-        fields["slice"] = slice_text(window)
-    summary = mining_scores(kept)
-    if summary is not None:
-        fields["mining_scores"] = summary
-    builder.result.describe(name, **fields)
+        builder.result.describe(name, columns_not_read=not_read)
     if keep_tables:
         keep(
             builder.result,
@@ -488,7 +433,7 @@ def load_id_lists(
             artifact_name(path),
             path,
             split,
-            plan,
+            plan | {FOLDED: folded},
             write_id_lists,
         )
     return builder.result
@@ -518,11 +463,12 @@ def write_id_lists(table: Table, plan: Plan, cleaning: Cleaning, source: str | N
             skipped += 1  # excluded on reading: in the exclusion log
             continue
         qid = id_value(row.get(plan["qid"]), plan["qid"])
-        query = cleaning.by_qid.get((src, qid))
+        key = (src, plan.get(FOLDED, {}).get(qid, qid))  # its record: another query id's, same text
+        query = cleaning.by_qid.get(key)
         if query is None:  # no record of this query was cleaned: the row as read
             out.append(dict(row))
             continue
-        gone = cleaning.dropped.get((src, qid), frozenset())
+        gone = cleaning.dropped.get(key, frozenset())
         moved = {p.id: p for p in query.added}
         new, n_removed, n_over = _without(row, plan, gone, query.record.negatives, cleaning.keep, table.cells_are_text)
         if not query.record.negatives:

@@ -189,6 +189,11 @@ def read(
     if is_hub_spec(data) and not Path(data).exists():
         if format is not None:
             raise ValueError(f"{data}: a Hub dataset is read by its columns; give no format= (got {format!r})")
+        if chosen := sorted(set(options) & {o for f in FORMATS.values() for o in f.chosen_by}):
+            raise ValueError(
+                f"{data}: an id table is read from a file, not yet from the Hub (given {', '.join(chosen)}=):"
+                " save the config with datasets' to_parquet and give that file; its lookups may stay hf:…"
+            )
         return load_hub_table(data, on_error=on_error, source=source, keep_tables=keep_tables)
     if format is None:
         if data is None:

@@ -2,8 +2,10 @@
 n-tuple tables) turn a :class:`~transferdx.inputs.records.Table` into records.
 
 A format gives a :class:`RowReader`: a function that reads one row into a :class:`Row` (its query,
-positives and negatives as ``(text, score)``, and a ``qid`` when the table has one) and the words
-its descriptor uses. :meth:`RowReader.read` then applies the rules every row format shares:
+positives and negatives as ``(text, score)``, a ``qid`` when the table has one, and the passages'
+ids when the table names them) and the words its descriptor uses. :meth:`RowReader.read` then
+applies the rules every row format shares; an id table read through its lookup tables
+(:mod:`~transferdx.inputs.idlists`) goes the same way:
 
 - With ``group_by_query`` (always, for a file recognised by its columns) rows sharing a query text
   become one record: positives merged (deduplicated, in order of first appearance), negatives in
@@ -20,7 +22,10 @@ its descriptor uses. :meth:`RowReader.read` then applies the rules every row for
   negatives; :func:`~transferdx.inputs.writing.filled_width`) — gives each once, the filled cells
   counted in the descriptor (``filled_slots``), not kept as ``duplicate_negative`` suspects.
 - ``qid`` = ``q`` + the first 12 hex digits of sha256(query) unless a ``qid`` column gives it
-  (:func:`~transferdx.inputs.records.query_id`); passage ids are ``text_id(text)``; a negative's
+  (:func:`~transferdx.inputs.records.query_id`); passage ids are ``text_id(text)`` unless the row
+  names them (``Row.ids``; a passage is still known by its text, so a negative an earlier row gave
+  under another id is the same negative, and one whose text is a positive's goes as the builder
+  rules: a located error, counted under ``skip``); a negative's
   ``rank`` is its position among the record's negatives (1-based, before any slice), its
   ``method`` the format's name unless the reader is given one. Scores, when present, stay on each
   passage (``Passage.score``) and are summarised in the descriptor (``mining_scores``).
@@ -216,12 +221,14 @@ def cell_scores(row: Mapping[str, Any], key: str, cells_are_text: bool, n: int) 
 
 @dataclass
 class Row:
-    """One table row, normalised: its anchor, positives and negatives as (text, score)."""
+    """One table row, normalised: its anchor, positives and negatives as (text, score); ``ids``, for
+    a table that names its passages (an id table), each text's id (else ``text_id(text)``)."""
 
     query: str
     positives: list[tuple[str, float | None]]
     negatives: list[tuple[str, float | None]]
     qid: str | None = None
+    ids: dict[str, str] | None = None
 
 
 @dataclass
@@ -233,6 +240,10 @@ class _Group:
     negatives: list[tuple[str, float | None]] = field(default_factory=list)
     neg_line: dict[str, int] = field(default_factory=dict)  # negative text → the row that first gave it
     lines: list[int] = field(default_factory=list)
+    ids: dict[str, str] = field(default_factory=dict)  # text → the id its first row named it by
+
+    def id(self, text: str) -> str:
+        return self.ids.get(text) or text_id(text)
 
 
 @dataclass(frozen=True)
@@ -269,7 +280,7 @@ class RowReader:
         rows_in_records = 0
         for group in groups:
             negatives = [
-                Passage(text_id(t), t, made_by, rank=r, score=s) for r, (t, s) in enumerate(group.negatives, 1)
+                Passage(group.id(t), t, made_by, rank=r, score=s) for r, (t, s) in enumerate(group.negatives, 1)
             ]
             # a query the file gives a positive and no negative (a miner found none for it) is a
             # counted exclusion under either policy; one without a positive stays an input error
@@ -278,7 +289,7 @@ class RowReader:
                 group.line,
                 qid=group.qid,
                 query=group.query,
-                positives=[Passage(text_id(t), t, score=s) for t, s in group.positives.items()],
+                positives=[Passage(group.id(t), t, score=s) for t, s in group.positives.items()],
                 negatives=negatives if window is None else negatives[window],
                 source=source,
                 kind=kind,
@@ -325,6 +336,8 @@ class RowReader:
                 query = intern_text(item.query)
                 group = groups[key] = _Group(line, item.qid or query_id(query), query)
             group.lines.append(line)
+            for text, pid in (item.ids or {}).items():
+                group.ids.setdefault(text, pid)
             # texts interned as they are read: a row's cells are new strings, and a passage that many
             # rows repeat (a triplet file's positive, a negative of many queries) is then held once
             for text, score in item.positives:
@@ -343,7 +356,7 @@ class RowReader:
                         source=source,
                         qid=group.qid,
                         unit="negative",
-                        item=text_id(text),
+                        item=(item.ids or {}).get(text) or text_id(text),
                     )
                     continue
                 group.negatives.append((text, score))
