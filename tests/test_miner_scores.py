@@ -16,7 +16,7 @@ import scipy.stats
 import transferdx as tdx
 from transferdx.auditing.facts import SourceFacts, audit_facts
 from transferdx.auditing.report import render_report
-from transferdx.auditing.verdict import Context, bottom_line, filter_line, remine_act
+from transferdx.auditing.verdict import Context, _evidence, bottom_line, filter_line, judge, remine_act
 from transferdx.diagnostics.miner import (
     CANDIDATES,
     SAME_ENCODER_MIN,
@@ -329,12 +329,15 @@ def test_mined_by_the_audits_encoder_reads_as_such_and_is_not_reassured(scored_a
     assert actions["scored"] != "use as is"  # never reassured by the miner's own eyes
     said = block(verdict, "scored")
     assert [x for x in said if "as if mined by this encoder, so the audit cannot see what that encoder would flag" in x]
-    (filters,) = [x for x in said if x.startswith("filters on your scores")]
-    assert "ECE 0.10–0.27" in filters and len(filters) <= 160
+    # the filters are the re-mine/clean advice's evidence on the screen; report.md has them for every source
+    filters = [x for x in said if x.startswith("filters on your scores")]
+    assert len(filters) == (actions["scored"] in ("re-mine", "clean"))
+    assert filter_line(m).startswith("filters on your scores") and "ECE 0.10–0.27" in filter_line(m)
+    assert len(filter_line(m)) <= 160
     if m.chosen is not None:
-        assert f"`{m.chosen.setting.text}` drops {m.chosen.dropped} negatives:" in filters
+        assert f"`{m.chosen.setting.text}` drops {m.chosen.dropped} negatives:" in filter_line(m)
     else:
-        assert "no setting removes more probable false negatives than hard negatives" in filters
+        assert "no setting removes more probable false negatives than hard negatives" in filter_line(m)
     report = render_report(result, {})
     assert "## The miner's scores and sentence-transformers' filters" in report
     for o in m.outcomes:
@@ -353,9 +356,11 @@ def test_a_file_without_scores_says_the_encoder_stood_in(plain_audit, scored_aud
         neg["s_qn"].to_numpy(float), s_qp, owner, neg["fn_probability"].to_numpy(float), CANDIDATES
     )
     verdict = plain_audit.verdict()
-    assert_actions_follow_their_numbers(verdict)
+    actions = assert_actions_follow_their_numbers(verdict)
     said = block(verdict, "plain")
-    assert [x for x in said if x.startswith("filters on this encoder's scores (your file has none)")]
+    screen = [x for x in said if x.startswith("filters on this encoder's scores (your file has none)")]
+    assert len(screen) == (actions["plain"] in ("re-mine", "clean"))
+    assert filter_line(m).startswith("filters on this encoder's scores (your file has none)")
     assert not [x for x in said if "Spearman" in x]
     assert "this encoder's scores (the file has none)" in render_report(result, {})
 
@@ -388,6 +393,13 @@ def test_re_mine_names_the_setting_chosen_from_the_file():
     assert "no filter setting removes more probable false negatives than hard negatives" in said[1]
     assert "=0.0" not in said[1].split("none is named")[0]  # no setting named
     assert "relative_margin=0.05" in remine_act(None)  # a profile row alone: the library docs' example
+    # the filter line is the re-mine/clean advice's evidence, not said beside "use as is"
+    for flags, action in (("mostly_inverted", "re-mine"), ("", "use as is")):
+        flagged = {**row, "absolute_flags": flags, "absolute_flag_reasons": flags and row["absolute_flag_reasons"]}
+        j = judge(flagged, ctx)
+        lines = _evidence(flagged, ctx.facts, j, {}, "envelope", True, [flagged])
+        assert j.action == action
+        assert [x.startswith("filters on your scores") for x in lines].count(True) == (action == "re-mine")
     assert filter_line(_facts(chosen)) == (
         "filters on your scores: `absolute_margin=0.05` drops 30 negatives: 21.0 expected false, 9.0 hard"
         " (fn_probability, ECE 0.10–0.27 on mined files); 0 queries emptied"

@@ -481,7 +481,9 @@ def _evidence(
     out = [*j.lines, *j.support]
     if f.miner is not None:  # the miner's scores: their agreement with this encoder, the filters on them
         agree = agreement_line(f.miner) if "Spearman" not in j.number else None
-        out += [*([agree] if agree else []), filter_line(f.miner)]
+        # what sentence-transformers' filters would drop is the re-mine/clean advice's (report.md: every source)
+        remined = j.action in ("re-mine", "clean")
+        out += [*([agree] if agree else []), *([filter_line(f.miner)] if remined else [])]
     if (small := _small(int(row_number(row, "n_records")))) is not None:
         out.append(small)
     if (excluded := row_number(row, "n_excluded_records")) > 0:
