@@ -7,9 +7,9 @@ the qrels judge (so that every mined negative is judged), and each miner × sett
 :data:`GRID` writes one Parquet file: ``sentence_transformers.util.mine_hard_negatives`` with
 all-MiniLM-L6-v2 (the audit's own encoder) and with the static MiniLM-token model (another view), and
 BM25 (the package's miner, bm25s) through the same windows. Written to ``--out`` (default
-``~/.cache/transferdx/mined_files``) with a ``manifest.json`` of each file's SHA-256; a file already
-there with its manifest digest is kept (a rerun writes nothing new; ``--check`` rebuilds into a
-temporary folder and compares the digests).
+``~/.cache/transferdx/mined_files``) with a ``manifest.json`` of each file's rows' SHA-256
+(:func:`sha256`); a file already there with its manifest digest is kept (a rerun writes nothing new;
+``--check`` rebuilds into a temporary folder and compares the digests).
 
 ``measure``: each file audited as a user would (``transferdx.audit(path, controls="none")``), its
 negatives labelled by the deep judgments (grade ≥ 2 = false negative, 0–1 = true one, unjudged left
@@ -245,7 +245,15 @@ def files() -> list[tuple[str, str, str]]:
 
 
 def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    """The SHA-256 of a Parquet file's rows (its column names in order, then each row's cells as JSON),
+    not of its bytes: the bytes carry the writers' versions (pandas' ``pandas_version`` in the schema
+    metadata, pyarrow's ``created_by``), so the same rows written under another pandas differ byte for
+    byte (pandas 3.1.1 → 3.1.2 did)."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    rows = json.dumps({"columns": table.column_names, "rows": table.to_pylist()}, ensure_ascii=False)
+    return hashlib.sha256(rows.encode("utf-8")).hexdigest()
 
 
 def build(data: Path, out: Path, cache: Path) -> dict[str, str]:

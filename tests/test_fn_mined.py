@@ -62,8 +62,9 @@ def test_the_frame_holds_no_text_and_one_label_per_judged_negative():
     assert frame.groupby(["year", "miner", "setting"]).ngroups == 42
 
 
-def test_a_bm25_file_rebuilds_byte_for_byte_and_audits_as_committed(data, tmp_path):
-    """The builder's BM25 top-5 file of DL19 has the committed SHA-256, and its audit (as a user runs
+def test_a_bm25_file_rebuilds_row_for_row_and_audits_as_committed(data, tmp_path):
+    """The builder's BM25 top-5 file of DL19 has the committed SHA-256 of its rows (not of its bytes,
+    which carry the pandas version that wrote them), and its audit (as a user runs
     it) gives the committed frame's rows for that file: features, probabilities and labels."""
     mined_files = _module("mined_files")
     qs = mined_files.query_set(data, "dl19")
