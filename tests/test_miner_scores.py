@@ -16,7 +16,7 @@ import scipy.stats
 import transferdx as tdx
 from transferdx.auditing.facts import SourceFacts, audit_facts
 from transferdx.auditing.report import render_report
-from transferdx.auditing.verdict import Context, _evidence, bottom_line, filter_line, judge, remine_act
+from transferdx.auditing.verdict import Context, bottom_line, filter_line, remine_act, verdict_parts
 from transferdx.diagnostics.miner import (
     CANDIDATES,
     SAME_ENCODER_MIN,
@@ -396,10 +396,9 @@ def test_re_mine_names_the_setting_chosen_from_the_file():
     # the filter line is the re-mine/clean advice's evidence, not said beside "use as is"
     for flags, action in (("mostly_inverted", "re-mine"), ("", "use as is")):
         flagged = {**row, "absolute_flags": flags, "absolute_flag_reasons": flags and row["absolute_flag_reasons"]}
-        j = judge(flagged, ctx)
-        lines = _evidence(flagged, ctx.facts, j, {}, "envelope", True, [flagged])
-        assert j.action == action
-        assert [x.startswith("filters on your scores") for x in lines].count(True) == (action == "re-mine")
+        decision, evidence = verdict_parts([flagged], {}, {}, facts={"s": ctx.facts})
+        assert f"bottom line: {action}." in decision[0]
+        assert [x.startswith("- filters on your scores") for x in evidence].count(True) == (action == "re-mine")
     assert filter_line(_facts(chosen)) == (
         "filters on your scores: `absolute_margin=0.05` drops 30 negatives: 21.0 expected false, 9.0 hard"
         " (fn_probability, ECE 0.10–0.27 on mined files); 0 queries emptied"
