@@ -223,7 +223,7 @@ def read_with(cfg: DictConfig) -> dict[str, Any]:
     from transferdx.presets import read_preset
 
     out: dict[str, Any] = {}
-    if (path := input_path(cfg)) and is_hub_spec(path) and not Path(path).exists():
+    if (path := input_path(cfg)) and is_hub_spec(path):
         out["input"] = absolute_hub_spec(path)  # a Hub dataset as given (a local repository folder, absolute)
     elif path:
         out["input"] = str(Path(path).resolve())
@@ -241,7 +241,7 @@ def read_with(cfg: DictConfig) -> dict[str, Any]:
             if key == "name":
                 continue
             # a Hub dataset (hf:…) is no path: as given, a local repository folder made absolute
-            if key in DATA_PATH_OPTIONS and is_hub_spec(value) and not Path(value).exists():
+            if key in DATA_PATH_OPTIONS and is_hub_spec(value):
                 out[f"data.{key}"] = absolute_hub_spec(value)
                 continue
             is_path = key in DATA_PATH_OPTIONS and isinstance(value, str) and value != ""

@@ -59,7 +59,7 @@ def override(key: str, value: Any) -> str:
 def _absolute(label: str) -> str:
     """A path that exists, absolute (resolved), so the command runs from any folder (a Hub dataset,
     ``hf:…``, with its local repository folder absolute: :func:`absolute_hub_spec`); else as it is."""
-    if is_hub_spec(label) and not Path(label).exists():
+    if is_hub_spec(label):
         return absolute_hub_spec(label)
     path = Path(label)
     return str(path.resolve()) if path.exists() else label

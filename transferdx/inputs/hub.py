@@ -37,8 +37,9 @@ class HubSpec:
 
 
 def is_hub_spec(data: Any) -> bool:
-    """Whether ``data`` is a Hub dataset spec: a string starting with ``hf:``."""
-    return isinstance(data, str) and data.startswith(PREFIX)
+    """Whether ``data`` is a Hub dataset spec: a string starting with ``hf:`` that names no existing
+    file or folder (a local path that happens to begin so stays a path)."""
+    return isinstance(data, str) and data.startswith(PREFIX) and not Path(data).exists()
 
 
 def parse_hub(spec: str) -> HubSpec:

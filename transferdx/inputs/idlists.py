@@ -162,7 +162,7 @@ def lookup_texts(spec: Any, what: str) -> tuple[dict[str, str], str, str | None]
     if hasattr(spec, "columns") and hasattr(spec, "iloc"):  # pandas.DataFrame
         table = frame_table(spec, f"<{what}s DataFrame>")
         return _table_texts(table, what), table.file, None
-    if is_hub_spec(spec) and not Path(spec).exists():  # a Hub config: hf:OWNER/NAME[:CONFIG][@SPLIT]
+    if is_hub_spec(spec):  # a Hub config: hf:OWNER/NAME[:CONFIG][@SPLIT]
         spec, origin = load_hub(spec), spec
     else:
         origin = f"<{what}s Dataset>"

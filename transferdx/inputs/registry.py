@@ -186,7 +186,7 @@ def read(
         return load_table(data, on_error=on_error, source=source, split=options.get("split"), keep_tables=keep_tables)
     if isinstance(data, list | tuple) and all(isinstance(r, Record) for r in data):
         return LoadResult(list(data))
-    if is_hub_spec(data) and not Path(data).exists():
+    if is_hub_spec(data):
         if format is not None:
             raise ValueError(f"{data}: a Hub dataset is read by its columns; give no format= (got {format!r})")
         if chosen := sorted(set(options) & {o for f in FORMATS.values() for o in f.chosen_by}):

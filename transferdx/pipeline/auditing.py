@@ -47,7 +47,7 @@ def portable_label(label: str | Path) -> str:
     (``hf:OWNER/NAME…``) as given (a local repository folder by its name: :func:`hub_label`); anything
     else (a dataset name) as it is."""
     text = str(label)
-    if is_hub_spec(text) and not Path(text).exists():
+    if is_hub_spec(text):
         return hub_label(text)
     if "/" in text or "\\" in text or Path(text).exists():
         return cleaned_label(text) or Path(text).name or text
